@@ -46,6 +46,7 @@ class LLMEndpoint(BaseSettings):
     max_output_tokens: int = Field(default=512, ge=16, description="Tokens reserved for the answer.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(default=3, ge=0, description="Retries with backoff on errors.")
+    temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
     tokenizer: str = Field(
         default="cl100k_base", description="tiktoken encoding used to count this model's tokens."
     )
@@ -74,7 +75,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".ragidx"), description="Where stores live on disk.")
     store: Literal["lancedb", "weaviate"] = Field(default="lancedb", description="Vector store backend.")
     collection: str = Field(default="Articles", description="Table / collection name.")
-    weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080.")
+    weaviate_url: str | None = Field(
+        default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080."
+    )
     weaviate_grpc_port: int = Field(default=50051, description="Weaviate gRPC port.")
     weaviate_api_key: SecretStr | None = Field(default=None, description="Weaviate API key; never logged.")
     tenant: str | None = Field(
@@ -92,7 +95,9 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")
     chunk_tokens: int = Field(
-        default=200, ge=32, description="Chunk size in the embedding model's own tokens (MiniLM stops at 256)."
+        default=200,
+        ge=32,
+        description="Chunk size in the embedding model's own tokens (MiniLM stops at 256).",
     )
     chunk_overlap_tokens: int = Field(default=32, ge=0)
 
@@ -104,7 +109,9 @@ class Settings(BaseSettings):
     reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(default="offline")
     cohere_api_key: SecretStr | None = Field(default=None)
     cohere_model: str = Field(default="rerank-v3.5")
-    cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
+    cross_encoder_path: str | None = Field(
+        default=None, description="Local sentence-transformers CrossEncoder."
+    )
     article_score_threshold: float | None = Field(default=None)
 
     # --- LLMs ----------------------------------------------------------------------------------
@@ -112,7 +119,11 @@ class Settings(BaseSettings):
     fallback_llm: LLMEndpoint | None = Field(
         default=None, description="Larger-context model used when the material cannot fit."
     )
-    local_llm_threads: int = Field(default=2, ge=1)
+    local_llm_threads: int = Field(default=2, ge=1, description="CPU threads of the local model server.")
+    model_cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "ragidx" / "models",
+        description="Where the packaged local model's parts are joined into one GGUF file.",
+    )
 
     # --- context budget ------------------------------------------------------------------------
     budget_trigger_pct: float = Field(default=0.85, gt=0, le=1)

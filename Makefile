@@ -1,0 +1,47 @@
+# Two commands for a fresh machine:  `make demo`  (set up, ingest the sample KB, answer a question offline)
+#                                     `make test`  (set up, run the test suite)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Prebuilt llama-cpp-python wheels, when present (elsewhere pip builds it from source: 20-45 min).
+WHEELS ?= ../shared/wheels
+FIND_LINKS := $(if $(wildcard $(WHEELS)/*.whl),--find-links $(WHEELS),)
+QUESTION ?= How do I insert a table of contents in Writer?
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export OMP_WAIT_POLICY := PASSIVE
+
+.PHONY: install demo test lint bench-ingest clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first: the CPU wheel; otherwise pip pulls gigabytes of CUDA packages.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet $(FIND_LINKS) 'llama-cpp-python[server]==0.3.36'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[local-llm,dashboard,cohere,dev]'
+	touch $@
+
+demo: install
+	$(BIN)/ragidx ingest ragidx/data/kb/
+	$(BIN)/ragidx ask "$(QUESTION)"
+
+test: install
+	$(BIN)/ruff check ragidx ingestion tests
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check ragidx ingestion tests
+	$(BIN)/ruff format --check ragidx ingestion tests
+	$(BIN)/mypy
+
+bench-ingest: install
+	$(BIN)/python benchmarks/ingest.py --kb ../shared/data/kb/libreoffice_en.jsonl
+
+clean:
+	rm -rf $(VENV) .ragidx

@@ -1,0 +1,299 @@
+"""The ingestion pipeline: articles → sentence-aware chunks → embeddings → vector store + article store.
+
+Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
+
+1. an article whose content hash is stored and ``indexed`` costs nothing on re-ingest;
+2. a new or changed article is saved ``pending`` first, then its old chunks are deleted, its new
+   chunks written, and it is marked ``indexed``;
+3. a run killed anywhere in (2) leaves the article ``pending``; every run starts by re-indexing
+   pending articles from the article store, so the end state has exactly the right chunks;
+4. with ``prune=True``, articles of the same source that are no longer in it are deleted.
+
+Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
+``uuid5(kb_id:chunk_no)`` so every backend (Weaviate needs UUIDs) gets the same stable ids.
+
+Example:
+    >>> ingestor = Ingestor(vector_store, article_store, embed_model)        # doctest: +SKIP
+    >>> report = ingestor.ingest(read_source(Path("kb.jsonl")), source="kb")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llama_index.core.ingestion import IngestionPipeline
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, Document, TransformComponent
+
+from ingestion.sources import SourceError, SourceItem
+from ragidx.article import Article
+from ragidx.stores.article_store import INDEXED, ArticleStore
+
+logger = logging.getLogger(__name__)
+
+CHUNK_NAMESPACE = uuid.UUID("6f1c2a52-3b8e-4c1e-9a55-2c1d0b7a9e11")
+
+
+def chunk_id(kb_id: str, chunk_no: int) -> str:
+    return str(uuid.uuid5(CHUNK_NAMESPACE, f"{kb_id}:{chunk_no}"))
+
+
+class ChunkStore(Protocol):
+    """What ingestion needs from a vector store (LanceDBChunkStore and WeaviateChunkStore have it)."""
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]: ...
+    def delete_articles(self, kb_ids: Sequence[str]) -> None: ...
+    def finalize(self) -> None: ...
+
+
+class ChunkNumberer(TransformComponent):
+    """Gives each chunk its position in its article and a stable UUID id."""
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        counters: dict[str, int] = {}
+        out = []
+        for node in nodes:
+            kb_id = str(node.metadata["kb_id"])
+            n = counters.get(kb_id, 0)
+            counters[kb_id] = n + 1
+            copy = node.model_copy(deep=False)
+            copy.metadata = {**node.metadata, "chunk_no": n}
+            # Positions are bookkeeping: never part of the embedded or LLM-visible text.
+            copy.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, "chunk_no"]
+            copy.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, "chunk_no"]
+            copy.id_ = chunk_id(kb_id, n)
+            out.append(copy)
+        return out
+
+
+@dataclass
+class IngestReport:
+    """What one ingest run did."""
+
+    source: str
+    seen: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    recovered: int = 0
+    deleted: int = 0
+    duplicates: int = 0
+    chunks_written: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+
+    @property
+    def chunks_per_second(self) -> float:
+        return self.chunks_written / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "seen": self.seen,
+            "new": self.new,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "recovered": self.recovered,
+            "deleted": self.deleted,
+            "duplicates": self.duplicates,
+            "chunks_written": self.chunks_written,
+            "errors": len(self.errors),
+            "seconds": round(self.seconds, 2),
+            "chunks_per_second": round(self.chunks_per_second, 1),
+        }
+
+
+class Ingestor:
+    """Runs ingestion into a chunk store and an article store.
+
+    Example:
+        >>> Ingestor(store, articles, embed_model, chunk_tokens=200).chunk_tokens  # doctest: +SKIP
+        200
+    """
+
+    def __init__(
+        self,
+        vector_store: ChunkStore,
+        article_store: ArticleStore,
+        embed_model: Any,
+        *,
+        chunk_tokens: int = 200,
+        chunk_overlap: int = 32,
+        batch_articles: int = 128,
+        tokenizer: Any | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        self.vector_store = vector_store
+        self.article_store = article_store
+        self.embed_model = embed_model
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.batch_articles = batch_articles
+        self._tokenizer = tokenizer
+        self.tenant = tenant
+        self._pipeline: IngestionPipeline | None = None
+
+    @property
+    def pipeline(self) -> IngestionPipeline:
+        if self._pipeline is None:
+            tokenizer = self._tokenizer or _embedding_tokenizer(self.embed_model)
+            splitter = SentenceSplitter(
+                chunk_size=self.chunk_tokens,
+                chunk_overlap=self.chunk_overlap,
+                tokenizer=tokenizer,
+                paragraph_separator="\n\n",
+            )
+            self._pipeline = IngestionPipeline(transformations=[splitter, ChunkNumberer(), self.embed_model])
+        return self._pipeline
+
+    # --- public API ----------------------------------------------------------------------------
+    def ingest(
+        self,
+        items: Iterable[SourceItem],
+        *,
+        source: str = "",
+        prune: bool = False,
+        progress: bool = False,
+        total: int | None = None,
+    ) -> IngestReport:
+        """Ingest articles; errors in items are reported, never raised. See module docstring."""
+        report = IngestReport(source=source)
+        started = time.perf_counter()
+        report.recovered = self._recover_pending(report)
+        seen_ids: set[str] = set()
+        bar = _progress(total, progress)
+        try:
+            for batch in _batched(items, self.batch_articles):
+                articles: dict[str, Article] = {}
+                for item in batch:
+                    if isinstance(item, SourceError):
+                        report.errors.append(str(item))
+                        logger.warning("skipped %s", item)
+                        continue
+                    if item.kb_id in articles or item.kb_id in seen_ids:
+                        report.duplicates += 1
+                        logger.warning("duplicate kb_id %r in %s: the later copy wins", item.kb_id, source)
+                    articles[item.kb_id] = item
+                report.seen += len(articles)
+                seen_ids.update(articles)
+                self._ingest_batch(list(articles.values()), source, report)
+                if bar is not None:
+                    bar.update(len(batch))
+                    bar.set_postfix(chunks=report.chunks_written, errors=len(report.errors))
+        finally:
+            if bar is not None:
+                bar.close()
+        if prune:
+            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids)
+            self.delete(gone)
+            report.deleted = len(gone)
+        self.vector_store.finalize()
+        report.seconds = time.perf_counter() - started
+        logger.info("ingested %s: %s", source or "articles", report.as_dict())
+        return report
+
+    def delete(self, kb_ids: Sequence[str]) -> None:
+        """Delete articles and their chunks (chunks first: a crash leaves the article to retry)."""
+        if not kb_ids:
+            return
+        self.vector_store.delete_articles(list(kb_ids))
+        self.article_store.delete(list(kb_ids))
+
+    # --- internals -----------------------------------------------------------------------------
+    def _recover_pending(self, report: IngestReport) -> int:
+        pending = self.article_store.pending_ids()
+        if not pending:
+            return 0
+        logger.warning("re-indexing %d articles left pending by an interrupted run", len(pending))
+        stored = self.article_store.get(pending)
+        for i in range(0, len(pending), self.batch_articles):
+            batch = [stored[k] for k in pending[i : i + self.batch_articles] if k in stored]
+            self._index(batch, report)
+        return len(pending)
+
+    def _ingest_batch(self, articles: list[Article], source: str, report: IngestReport) -> None:
+        if not articles:
+            return
+        states = self.article_store.states([a.kb_id for a in articles])
+        todo = []
+        for a in articles:
+            state = states.get(a.kb_id)
+            if state is None:
+                report.new += 1
+                todo.append(a)
+            elif state == (a.content_hash, INDEXED):
+                report.unchanged += 1
+            else:
+                report.changed += 1
+                todo.append(a)
+        if not todo:
+            return
+        self.article_store.save_pending(todo, source=source)
+        self._index(todo, report)
+
+    def _index(self, articles: list[Article], report: IngestReport) -> None:
+        """Replace the chunks of these (already saved, pending) articles, then mark them indexed."""
+        if not articles:
+            return
+        self.vector_store.delete_articles([a.kb_id for a in articles])
+        t0 = time.perf_counter()
+        nodes = self.pipeline.run(documents=[self._document(a) for a in articles], show_progress=False)
+        report.embed_seconds += time.perf_counter() - t0
+        self.vector_store.add(nodes)
+        counts = dict.fromkeys((a.kb_id for a in articles), 0)
+        for node in nodes:
+            counts[node.metadata["kb_id"]] += 1
+        self.article_store.mark_indexed(counts)
+        report.chunks_written += len(nodes)
+
+    def _document(self, article: Article) -> Document:
+        metadata = {
+            "kb_id": article.kb_id,
+            "title": article.title,
+            "url": article.url,
+            "language": article.language or "",
+        }
+        if self.tenant:
+            metadata["tenant"] = self.tenant
+        return Document(
+            id_=article.kb_id,
+            text=article.content,
+            metadata=metadata,
+            excluded_embed_metadata_keys=[k for k in metadata if k != "title"],
+            excluded_llm_metadata_keys=[k for k in metadata if k != "title"],
+        )
+
+
+def _embedding_tokenizer(embed_model: Any) -> Any:
+    tok = getattr(embed_model, "tokenizer", None)
+    if tok is None:
+        from llama_index.core.utils import get_tokenizer
+
+        return get_tokenizer()
+    # verbose=False: whole articles are longer than the model's window; only the chunks must fit.
+    return lambda text: tok.encode(text, add_special_tokens=False, verbose=False)
+
+
+def _batched(items: Iterable[SourceItem], size: int) -> Iterator[list[SourceItem]]:
+    batch: list[SourceItem] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _progress(total: int | None, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="article", desc="ingest")

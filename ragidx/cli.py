@@ -1,0 +1,196 @@
+"""``ragidx`` on the command line: a thin edge over :class:`ragidx.engine.Engine`.
+
+    ragidx ingest PATH [--prune] [--source NAME]
+    ragidx search "query" [--top-k N] [--json]
+    ragidx ask "question" [--json]
+    ragidx delete KB_ID ...
+    ragidx stats
+    ragidx eval retrieval --beir DIR [--limit N]
+    ragidx eval compression --hotpotqa FILE [--limit N]
+
+Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
+``--data-dir`` overrides where the stores live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from ragidx.config import Settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    return Settings(**overrides)
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from ragidx.engine import Engine
+
+    return Engine(_settings(args))
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        report = engine.ingest(
+            Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet
+        )
+    for error in report.errors[: args.max_errors]:
+        print(f"skipped {error}", file=sys.stderr)
+    if len(report.errors) > args.max_errors:
+        print(f"... and {len(report.errors) - args.max_errors} more skipped items", file=sys.stderr)
+    print(json.dumps(report.as_dict()))
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        if engine.article_store.count() == 0:
+            print(
+                f"the knowledge base in {engine.settings.data_dir} is empty: run `ragidx ingest PATH` first",
+                file=sys.stderr,
+            )
+            return 2
+        articles = engine.retrieve(args.query, top_k=args.top_k)
+    if args.json:
+        print(json.dumps([_article_row(a, with_content=False) for a in articles], ensure_ascii=False))
+        return 0
+    if not articles:
+        print("no matching articles")
+    for a in articles:
+        row = _article_row(a, with_content=False)
+        print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {a.title}  ({a.kb_id})")
+        if a.url:
+            print(f"    {a.url}")
+    return 0
+
+
+def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
+    from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE
+
+    row = {
+        "kb_id": a.kb_id,
+        "title": a.title,
+        "url": a.url,
+        "rerank_score": float(a.metadata.get(RERANK_SCORE, 0.0)),
+        "normalized_rank": float(a.metadata.get(NORMALIZED_RANK, 0.0)),
+        "article_rank": int(a.metadata.get(ARTICLE_RANK, 0)),
+    }
+    if with_content:
+        row["content"] = a.content
+    return row
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        if engine.article_store.count() == 0:
+            print(
+                f"the knowledge base in {engine.settings.data_dir} is empty: run `ragidx ingest PATH` first",
+                file=sys.stderr,
+            )
+            return 2
+        answer = engine.ask(args.question)
+    if args.json:
+        print(json.dumps(answer.to_dict(), ensure_ascii=False))
+    else:
+        print(answer.render())
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        engine.delete(args.kb_ids)
+    print(json.dumps({"deleted": len(args.kb_ids)}))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        print(json.dumps(engine.stats()))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.what == "retrieval":
+        from ragidx.evaluation.retrieval import main as retrieval_main
+
+        return int(retrieval_main(args.rest))
+    from ragidx.evaluation.compression import main as compression_main
+
+    return int(compression_main(args.rest) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragidx", description="Query engine over knowledge bases.")
+    parser.add_argument("--data-dir", help="where the stores live (default: RAGIDX_DATA_DIR or ./.ragidx)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="ingest a JSONL file, a Markdown/HTML file, or a folder of them")
+    p.add_argument("path")
+    p.add_argument("--source", help="source name used by --prune (default: the file or folder name)")
+    p.add_argument("--prune", action="store_true", help="delete articles of this source missing from it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--max-errors", type=int, default=20, help="skipped items to list (default 20)")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("search", help="top articles for a query")
+    p.add_argument("query")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("ask", help="answer a question with citations")
+    p.add_argument("question")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("delete", help="delete articles by kb_id")
+    p.add_argument("kb_ids", nargs="+")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("stats", help="article and chunk counts")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("eval", help="evaluations: retrieval (BEIR) or compression (HotpotQA)")
+    p.add_argument("what", choices=["retrieval", "compression"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of that evaluation (see its --help)")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose < 2:
+        for noisy in ("httpx", "openai", "sentence_transformers"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        return int(args.func(args))
+    except ValidationError as exc:
+        print(f"ragidx: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError, ConnectionError, RuntimeError) as exc:
+        print(f"ragidx: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ragidx: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The Python API: ``Engine`` ingests, retrieves and answers over one knowledge base.
+
+Built from :class:`~ragidx.config.Settings` (or with its parts passed in, for tests and custom
+setups). Everything is created lazily: constructing an ``Engine`` loads no model and opens no store.
+
+Example:
+    >>> from ragidx import Engine, Settings
+    >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
+    >>> report = engine.ingest("ragidx/data/libreoffice_en_sample.jsonl")   # doctest: +SKIP
+    >>> [a.title for a in engine.retrieve("insert a table of contents", top_k=3)]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ingestion.pipeline import Ingestor, IngestReport
+from ingestion.sources import SourceItem, read_source
+from ragidx.article import Article
+from ragidx.config import Settings
+from ragidx.providers.embeddings import build_embed_model
+from ragidx.providers.llms import LLMProvider
+from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.factory import build_article_store, build_chunk_store
+
+logger = logging.getLogger(__name__)
+
+
+class Engine:
+    """Ingest, retrieve and ask over a knowledge base.
+
+    Args:
+        settings: configuration; ``Settings()`` (env vars, ``ragidx.toml``, offline defaults) if omitted.
+        embed_model, chunk_store, article_store, llm_provider: pass your own to override the ones
+            built from settings.
+
+    Example:
+        >>> Engine(Settings(data_dir="/tmp/x")).settings.store
+        'lancedb'
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        embed_model: Any | None = None,
+        chunk_store: Any | None = None,
+        article_store: ArticleStore | None = None,
+        llm_provider: LLMProvider | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self._embed_model = embed_model
+        self._chunk_store = chunk_store
+        self._article_store = article_store
+        self._llm_provider = llm_provider
+        self._retriever: Any | None = None
+
+    # --- parts, built on first use ----------------------------------------------------------------
+    @property
+    def embed_model(self) -> Any:
+        if self._embed_model is None:
+            self._embed_model = build_embed_model(self.settings)
+        return self._embed_model
+
+    @property
+    def chunk_store(self) -> Any:
+        if self._chunk_store is None:
+            self._chunk_store = build_chunk_store(self.settings)
+        return self._chunk_store
+
+    @property
+    def article_store(self) -> ArticleStore:
+        if self._article_store is None:
+            self._article_store = build_article_store(self.settings)
+        return self._article_store
+
+    @property
+    def llm_provider(self) -> LLMProvider:
+        if self._llm_provider is None:
+            self._llm_provider = LLMProvider(
+                threads=self.settings.local_llm_threads, model_cache_dir=self.settings.model_cache_dir
+            )
+        return self._llm_provider
+
+    @property
+    def retriever(self) -> Any:
+        if self._retriever is None:
+            from ragidx.retrieval.factory import build_retriever
+
+            self._retriever = build_retriever(
+                self.settings, self.chunk_store, self.article_store, self.embed_model
+            )
+        return self._retriever
+
+    def ingestor(self) -> Ingestor:
+        return Ingestor(
+            self.chunk_store,
+            self.article_store,
+            self.embed_model,
+            chunk_tokens=self.settings.chunk_tokens,
+            chunk_overlap=self.settings.chunk_overlap_tokens,
+            tenant=self.settings.tenant,
+        )
+
+    # --- API ---------------------------------------------------------------------------------------
+    def ingest(
+        self,
+        source: str | Path | Iterable[SourceItem],
+        *,
+        source_name: str | None = None,
+        prune: bool = False,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Ingest a JSONL file, a Markdown/HTML file or folder, or an iterable of ``Article``.
+
+        Bad items are reported in ``IngestReport.errors`` (file and line) and skipped; the rest is
+        ingested. ``prune=True`` deletes the articles of this source that are no longer in it.
+        """
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            items: Iterable[SourceItem] = read_source(path)
+            name = source_name or path.resolve().name
+            total = _count_items(path) if progress else None
+        else:
+            items, name, total = source, source_name or "api", None
+        return self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
+
+    def delete(self, kb_ids: list[str]) -> None:
+        """Delete articles and their chunks."""
+        self.ingestor().delete(kb_ids)
+
+    def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``."""
+        result: list[Article] = self.retriever.retrieve(query, top_k=top_k)
+        return result
+
+    async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        result: list[Article] = await self.retriever.aretrieve(query, top_k=top_k)
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of articles and chunks, and where they live."""
+        return {
+            "articles": self.article_store.count(),
+            "pending": self.article_store.count("pending"),
+            "chunks": self.chunk_store.count(),
+            "store": self.settings.store,
+            "data_dir": str(self.settings.data_dir),
+        }
+
+    def close(self) -> None:
+        """Stop local model servers and close stores."""
+        if self._llm_provider is not None:
+            self._llm_provider.close()
+        if self._article_store is not None:
+            self._article_store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _count_items(path: Path) -> int | None:
+    """Rough item count for a progress bar: lines of JSONL files, or documents in a folder."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    total = 0
+    for f in files:
+        if f.suffix in (".jsonl", ".ndjson"):
+            with f.open("rb") as fh:
+                total += sum(1 for line in fh if line.strip())
+        elif f.suffix.lower() in (".md", ".markdown", ".html", ".htm"):
+            total += 1
+    return total or None

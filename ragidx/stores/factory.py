@@ -1,0 +1,56 @@
+"""Build the configured stores from Settings. The only place that knows which backend is in use."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlparse
+
+from ragidx.config import Settings
+from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.lancedb_store import LanceDBChunkStore
+
+logger = logging.getLogger(__name__)
+
+
+def build_chunk_store(settings: Settings) -> Any:
+    """LanceDB on disk by default; Weaviate when ``store='weaviate'``."""
+    if settings.store == "lancedb":
+        return LanceDBChunkStore(uri=settings.lancedb_uri, table_name=settings.collection)
+    return build_weaviate_store(settings)
+
+
+def build_weaviate_store(settings: Settings) -> Any:
+    import weaviate
+
+    from ragidx.stores.weaviate_store import WeaviateChunkStore
+
+    if not settings.weaviate_url:
+        raise ValueError("store='weaviate' needs weaviate_url (RAGIDX_WEAVIATE_URL)")
+    url = urlparse(settings.weaviate_url)
+    auth = (
+        weaviate.auth.AuthApiKey(settings.weaviate_api_key.get_secret_value())
+        if settings.weaviate_api_key
+        else None
+    )
+    try:
+        client = weaviate.connect_to_custom(
+            http_host=url.hostname or "localhost",
+            http_port=url.port or (443 if url.scheme == "https" else 8080),
+            http_secure=url.scheme == "https",
+            grpc_host=url.hostname or "localhost",
+            grpc_port=settings.weaviate_grpc_port,
+            grpc_secure=url.scheme == "https",
+            auth_credentials=auth,
+        )
+    except Exception as exc:
+        raise ConnectionError(
+            f"cannot reach Weaviate at {settings.weaviate_url} (gRPC port {settings.weaviate_grpc_port}): "
+            f"{type(exc).__name__}. Start it (see README) or set RAGIDX_STORE=lancedb."
+        ) from exc
+    logger.info("connected to Weaviate at %s, collection %s", settings.weaviate_url, settings.collection)
+    return WeaviateChunkStore(weaviate_client=client, index_name=settings.collection, tenant=settings.tenant)
+
+
+def build_article_store(settings: Settings) -> ArticleStore:
+    return ArticleStore(settings.article_db_path)

@@ -1,0 +1,366 @@
+"""LanceDB chunk store: the embedded default. A LlamaIndex vector store with real hybrid search.
+
+Why not ``llama-index-vector-stores-lancedb`` as is: it rebuilds the full-text index on the first
+hybrid query of every process and after every ``add``, ignores ``alpha``, returns rank positions as
+"scores", and puts unescaped values into SQL filters. This store keeps LlamaIndex's
+``BasePydanticVectorStore`` contract and fixes those:
+
+- indexes are built once at ingest (``finalize``): full-text (LanceDB native), a scalar BTREE on
+  ``kb_id``, and an IVF_HNSW_SQ vector index once the table is large enough for one to pay;
+- ``VectorStoreQueryMode.HYBRID`` fuses dense and full-text results by relative score fusion with
+  ``alpha`` (1.0 = vector only, 0.0 = keyword only), the same formula Weaviate uses, so ``alpha``
+  means the same on both backends;
+- filters are translated with quoting and support ==, !=, <, >, <=, >=, in, nin and nested AND/OR.
+
+Example:
+    >>> store = LanceDBChunkStore(uri="/tmp/kb/lancedb")  # opens lazily
+    >>> store.count()                                      # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from pydantic import Field, PrivateAttr
+
+from ragidx.stores.fusion import relative_score_fusion
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
+VECTOR_INDEX_MIN_ROWS = 20_000
+
+
+class LanceDBChunkStore(BasePydanticVectorStore):
+    """Chunks with embeddings in one LanceDB table on disk.
+
+    Example:
+        >>> LanceDBChunkStore(uri="/tmp/x", table_name="Articles").table_name
+        'Articles'
+    """
+
+    stores_text: bool = True
+    flat_metadata: bool = True
+    is_embedding_query: bool = True
+
+    uri: str = Field(description="Folder of the LanceDB database.")
+    table_name: str = Field(default="Articles", description="Table name.")
+    dim: int | None = Field(default=None, description="Embedding size; learned from the first add.")
+    fts_language: str = Field(default="English", description="Stemmer language of the full-text index.")
+    nprobes: int = Field(default=20, description="IVF partitions probed per query.")
+    refine_factor: int | None = Field(default=5, description="Re-rank factor for the quantized index.")
+
+    _db: Any = PrivateAttr(default=None)
+    _table: Any = PrivateAttr(default=None)
+    _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
+
+    def __init__(self, uri: str | Path, **kwargs: Any) -> None:
+        super().__init__(uri=str(uri), **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LanceDBChunkStore"
+
+    @property
+    def client(self) -> Any:
+        return self._connect()
+
+    # --- table lifecycle -----------------------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._db is None:
+            import lancedb
+
+            Path(self.uri).mkdir(parents=True, exist_ok=True)
+            self._db = lancedb.connect(self.uri)
+        return self._db
+
+    def _open(self) -> Any | None:
+        with self._lock:
+            if self._table is None:
+                db = self._connect()
+                if self.table_name in db.table_names():
+                    self._table = db.open_table(self.table_name)
+            return self._table
+
+    def _schema(self, dim: int) -> pa.Schema:
+        return pa.schema(
+            [
+                pa.field("id", pa.string()),
+                pa.field("kb_id", pa.string()),
+                pa.field("chunk_no", pa.int32()),
+                pa.field("text", pa.string()),
+                pa.field("title", pa.string()),
+                pa.field("url", pa.string()),
+                pa.field("language", pa.string()),
+                pa.field("tenant", pa.string()),
+                pa.field("metadata_json", pa.string()),
+                pa.field("vector", pa.list_(pa.float32(), dim)),
+            ]
+        )
+
+    def count(self) -> int:
+        table = self._open()
+        return 0 if table is None else int(table.count_rows())
+
+    # --- writes ----------------------------------------------------------------------------------
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
+        if not nodes:
+            return []
+        rows = [self._node_to_row(n) for n in nodes]
+        dim = len(rows[0]["vector"])
+        with self._lock:
+            table = self._open()
+            if table is None:
+                self._table = self._connect().create_table(
+                    self.table_name, data=rows, schema=self._schema(dim), mode="create"
+                )
+            else:
+                table.add(rows)
+        return [r["id"] for r in rows]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self.delete_articles([ref_doc_id])
+
+    def delete_articles(self, kb_ids: Sequence[str]) -> None:
+        """Delete every chunk of these articles in one operation."""
+        table = self._open()
+        if table is None or not kb_ids:
+            return
+        with self._lock:
+            table.delete(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
+
+    def delete_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
+    ) -> None:
+        table = self._open()
+        if table is None:
+            return
+        clauses = []
+        if node_ids:
+            clauses.append(f"id IN ({', '.join(sql_literal(i) for i in node_ids)})")
+        if filters is not None:
+            clauses.append(filters_to_sql(filters))
+        if clauses:
+            table.delete(" AND ".join(f"({c})" for c in clauses))
+
+    def clear(self) -> None:
+        with self._lock:
+            db = self._connect()
+            if self.table_name in db.table_names():
+                db.drop_table(self.table_name)
+            self._table = None
+
+    def kb_ids(self) -> set[str]:
+        """Every kb_id that has chunks in the table."""
+        table = self._open()
+        if table is None:
+            return set()
+        return set(table.to_lance().to_table(columns=["kb_id"]).column("kb_id").to_pylist())
+
+    def finalize(self) -> None:
+        """Build or refresh indexes after a batch of writes; compact fragments. Idempotent."""
+        table = self._open()
+        if table is None:
+            return
+        with self._lock:
+            indices = {idx.name: idx for idx in table.list_indices()}
+            columns_indexed = {tuple(idx.columns) for idx in indices.values()}
+            if ("text",) not in columns_indexed:
+                table.create_fts_index(
+                    "text", language=self.fts_language, stem=True, remove_stop_words=True, replace=True
+                )
+            if ("kb_id",) not in columns_indexed:
+                table.create_scalar_index("kb_id", index_type="BTREE")
+            rows = table.count_rows()
+            if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
+                table.create_index(
+                    metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True
+                )
+            # Merge new rows into the indexes and compact small fragments.
+            table.optimize()
+
+    # --- reads -----------------------------------------------------------------------------------
+    def get_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
+    ) -> list[BaseNode]:
+        table = self._open()
+        if table is None:
+            return []
+        clauses = []
+        if node_ids is not None:
+            clauses.append(f"id IN ({', '.join(sql_literal(i) for i in node_ids)})" if node_ids else "false")
+        if filters is not None:
+            clauses.append(filters_to_sql(filters))
+        where = " AND ".join(f"({c})" for c in clauses) or None
+        query = table.search().select(list(COLUMNS))
+        if where:
+            query = query.where(where)
+        rows = query.limit(None).to_list() if hasattr(query, "limit") else query.to_list()
+        return [self._row_to_node(r) for r in rows]
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        table = self._open()
+        if table is None or table.count_rows() == 0:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        where = filters_to_sql(query.filters) if query.filters else None
+        k = query.hybrid_top_k or query.similarity_top_k
+        mode = query.mode
+        if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.SPARSE) or (
+            mode == VectorStoreQueryMode.HYBRID and query.alpha == 0.0
+        ):
+            if not query.query_str:
+                raise ValueError("text search needs query_str")
+            rows, scores = self._fts(table, query.query_str, k, where)
+        elif mode == VectorStoreQueryMode.HYBRID and query.query_str:
+            alpha = 0.5 if query.alpha is None else query.alpha
+            sparse_k = query.sparse_top_k or k
+            dense_rows, dense_scores = self._dense(table, query, k, where)
+            text_rows, text_scores = self._fts(table, query.query_str, sparse_k, where)
+            by_id = {r["id"]: r for r in dense_rows + text_rows}
+            fused = relative_score_fusion(
+                dict(zip([r["id"] for r in dense_rows], dense_scores, strict=True)),
+                dict(zip([r["id"] for r in text_rows], text_scores, strict=True)),
+                alpha=alpha,
+            )
+            top = fused[: query.similarity_top_k]
+            rows = [by_id[i] for i, _ in top]
+            scores = [s for _, s in top]
+        else:
+            rows, scores = self._dense(table, query, k, where)
+        nodes = [self._row_to_node(r) for r in rows]
+        return VectorStoreQueryResult(nodes=nodes, similarities=scores, ids=[n.node_id for n in nodes])
+
+    def _dense(
+        self, table: Any, query: VectorStoreQuery, k: int, where: str | None
+    ) -> tuple[list[dict[str, Any]], list[float]]:
+        if query.query_embedding is None:
+            raise ValueError("vector search needs query_embedding")
+        search = (
+            table.search(query.query_embedding, vector_column_name="vector")
+            .distance_type("cosine")
+            .select(list(COLUMNS))
+            .limit(k)
+            .nprobes(self.nprobes)
+        )
+        if self.refine_factor:
+            search = search.refine_factor(self.refine_factor)
+        if where:
+            search = search.where(where, prefilter=True)
+        rows = search.to_list()
+        return rows, [1.0 - float(r["_distance"]) for r in rows]
+
+    def _fts(self, table: Any, text: str, k: int, where: str | None) -> tuple[list[dict[str, Any]], list[float]]:
+        from lancedb.query import MatchQuery
+
+        match = MatchQuery(text, "text")  # type: ignore[call-arg]  # a pydantic dataclass with defaults
+        search = table.search(match, query_type="fts").select(list(COLUMNS)).limit(k)
+        if where:
+            search = search.where(where, prefilter=True)
+        try:
+            rows = search.to_list()
+        except Exception as exc:  # no FTS index yet (e.g. finalize() not run): dense-only fallback is silent
+            # data loss, so say it loudly instead
+            raise RuntimeError(
+                f"full-text search failed on table {self.table_name!r} ({exc}); "
+                "run ingestion to completion (it builds the index) or call store.finalize()"
+            ) from exc
+        return rows, [float(r["_score"]) for r in rows]
+
+    # --- conversions -----------------------------------------------------------------------------
+    @staticmethod
+    def _node_to_row(node: BaseNode) -> dict[str, Any]:
+        meta = dict(node.metadata)
+        embedding = node.get_embedding()
+        return {
+            "id": node.node_id,
+            "kb_id": str(meta.get("kb_id") or node.ref_doc_id or ""),
+            "chunk_no": int(meta.get("chunk_no", 0)),
+            "text": node.get_content(),
+            "title": str(meta.get("title", "")),
+            "url": str(meta.get("url", "")),
+            "language": str(meta.get("language") or ""),
+            "tenant": str(meta.get("tenant") or ""),
+            "metadata_json": json.dumps(meta, ensure_ascii=False),
+            "vector": [float(x) for x in embedding],
+        }
+
+    @staticmethod
+    def _row_to_node(row: dict[str, Any]) -> TextNode:
+        meta = json.loads(row.get("metadata_json") or "{}")
+        node = TextNode(id_=row["id"], text=row["text"], metadata=meta)
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=row["kb_id"])
+        return node
+
+
+# --- SQL filters ---------------------------------------------------------------------------------
+FILTERABLE_COLUMNS = {"kb_id", "chunk_no", "title", "url", "language", "tenant", "id"}
+_SQL_OPS = {
+    FilterOperator.EQ: "=",
+    FilterOperator.NE: "!=",
+    FilterOperator.GT: ">",
+    FilterOperator.LT: "<",
+    FilterOperator.GTE: ">=",
+    FilterOperator.LTE: "<=",
+}
+
+
+def sql_literal(value: Any) -> str:
+    """A SQL literal with quotes escaped: never build SQL from raw user values."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def filters_to_sql(filters: MetadataFilters) -> str:
+    """Translate LlamaIndex filters (nested allowed) to a LanceDB SQL predicate."""
+    parts: list[str] = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            parts.append(f"({filters_to_sql(f)})")
+        else:
+            parts.append(_filter_to_sql(f))
+    if not parts:
+        return "TRUE"
+    joiner = " OR " if filters.condition == FilterCondition.OR else " AND "
+    expr = joiner.join(parts)
+    if filters.condition == FilterCondition.NOT:
+        return f"NOT ({expr})"
+    return expr
+
+
+def _filter_to_sql(f: MetadataFilter) -> str:
+    if f.key not in FILTERABLE_COLUMNS:
+        raise ValueError(
+            f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}"
+        )
+    if f.operator in _SQL_OPS:
+        return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
+    if f.operator in (FilterOperator.IN, FilterOperator.NIN):
+        values = f.value if isinstance(f.value, list) else [f.value]
+        if not values:
+            return "FALSE" if f.operator == FilterOperator.IN else "TRUE"
+        op = "IN" if f.operator == FilterOperator.IN else "NOT IN"
+        return f"{f.key} {op} ({', '.join(sql_literal(v) for v in values)})"
+    if f.operator == FilterOperator.IS_EMPTY:
+        return f"({f.key} IS NULL OR {f.key} = '')"
+    raise ValueError(f"filter operator {f.operator.value!r} is not supported by the LanceDB store")

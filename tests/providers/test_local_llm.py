@@ -1,0 +1,69 @@
+"""The packaged local model: assembled from PyPI parts, served on loopback, spoken to over OpenAI's protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from llama_index.core.tools import FunctionTool
+
+from ragidx.config import LLMEndpoint
+from ragidx.providers.llms import LLMProvider
+from ragidx.providers.local_llm import (
+    PACKAGED_MODELS,
+    LocalLLMServer,
+    LocalModelError,
+    PackagedModel,
+    assemble_gguf,
+)
+
+
+def test_unknown_model_and_missing_parts_are_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(LocalModelError, match="unknown local model 'gpt-9'"):
+        assemble_gguf("gpt-9")
+    monkeypatch.setitem(PACKAGED_MODELS, "ghost", PackagedModel("ghost", "ragidx_no_such_part", 2, "x"))
+    with pytest.raises(LocalModelError, match=r"ragidx-no-such-part1 … ragidx-no-such-part2"):
+        assemble_gguf("ghost")
+
+
+def test_a_gguf_path_is_used_as_is(tmp_path: Path) -> None:
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF....")
+    assert assemble_gguf(str(f)) == f
+
+
+def test_server_is_cheap_to_build_and_needs_start() -> None:
+    server = LocalLLMServer("qwen2.5-0.5b")
+    assert not server.running
+    with pytest.raises(LocalModelError, match="call start"):
+        _ = server.api_base
+
+
+@pytest.mark.slow
+def test_packaged_model_assembles_once(tmp_path: Path) -> None:
+    first = assemble_gguf("qwen2.5-0.5b", tmp_path)
+    assert first.read_bytes()[:4] == b"GGUF" and first.stat().st_size > 400_000_000
+    mtime = first.stat().st_mtime_ns
+    assert assemble_gguf("qwen2.5-0.5b", tmp_path).stat().st_mtime_ns == mtime  # reused, not rewritten
+
+
+@pytest.mark.slow
+def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
+    def retrieve_context(query: str) -> str:
+        """Search the knowledge base for articles that answer the query."""
+        return "{}"
+
+    with LLMProvider(threads=2) as provider:
+        llm = provider.get(LLMEndpoint(context_window=2048, max_output_tokens=32))
+        reply = llm.complete("Reply with the single word: ready")
+        assert reply.text.strip()
+        response = llm.chat_with_tools(
+            [FunctionTool.from_defaults(retrieve_context)],
+            user_msg="How do I insert a table of contents?",
+            tool_choice={"type": "function", "function": {"name": "retrieve_context"}},
+        )
+        [call] = llm.get_tool_calls_from_response(response)
+        assert call.tool_name == "retrieve_context" and isinstance(call.tool_kwargs.get("query"), str)
+        server = next(iter(provider._servers.values()))
+        assert server.running
+    assert not server.running  # stopped when the provider closed

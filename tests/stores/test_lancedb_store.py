@@ -1,0 +1,119 @@
+"""LanceDB chunk store: dense, full-text and hybrid search on disk, safe filters, deletes, indexes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import TextNode
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+)
+
+from ingestion.pipeline import chunk_id
+from ragidx.stores.lancedb_store import LanceDBChunkStore, filters_to_sql, sql_literal
+from tests.fakes.hash_embedding import HashEmbedding
+
+EMB = HashEmbedding(dim=64)
+TEXTS = {
+    "tables": "Insert a table in Writer with Table > Insert Table or Ctrl+F12.",
+    "charts": "Create a chart in Calc from a selected cell range with Insert > Chart.",
+    "print": "Print a document with File > Print; choose the printer and the page range.",
+    "pdf": "Export a document as PDF with File > Export as PDF.",
+    "quote": "O'Reilly's guide to styles: paragraph styles and character styles.",
+}
+
+
+def node(kb_id: str, text: str, n: int = 0, **meta: object) -> TextNode:
+    return TextNode(
+        id_=chunk_id(kb_id, n),
+        text=text,
+        metadata={"kb_id": kb_id, "chunk_no": n, "title": kb_id.title(), "url": f"u/{kb_id}", **meta},
+        embedding=EMB.get_text_embedding(text),
+    )
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> LanceDBChunkStore:
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.add([node(k, t) for k, t in TEXTS.items()] + [node("t10", "ten"), node("t1", "one")])
+    s.finalize()
+    return s
+
+
+def query(text: str, mode: VectorStoreQueryMode, k: int = 3, **kw: object) -> VectorStoreQuery:
+    return VectorStoreQuery(
+        query_str=text, query_embedding=EMB.get_query_embedding(text), similarity_top_k=k, mode=mode, **kw
+    )
+
+
+def kb_ids(result: object) -> list[str]:
+    return [n.metadata["kb_id"] for n in result.nodes]  # type: ignore[attr-defined]
+
+
+def test_dense_text_and_hybrid_find_the_right_chunk(store: LanceDBChunkStore) -> None:
+    for mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+        result = store.query(query("how to insert a table in writer", mode))
+        assert kb_ids(result)[0] == "tables", mode
+        assert result.similarities == sorted(result.similarities or [], reverse=True)
+
+
+def test_hybrid_differs_from_dense_and_alpha_moves_it(store: LanceDBChunkStore) -> None:
+    # "PDF" is a rare keyword; the hashed dense vectors barely see it among other words.
+    text = "export printer pdf page document"
+    dense = store.query(query(text, VectorStoreQueryMode.DEFAULT, k=5))
+    keyword = store.query(query(text, VectorStoreQueryMode.HYBRID, k=5, alpha=0.0))
+    hybrid = store.query(query(text, VectorStoreQueryMode.HYBRID, k=5, alpha=0.5))
+    assert dense.similarities != hybrid.similarities  # real fusion, not dense in disguise
+    assert kb_ids(keyword) != kb_ids(dense) or keyword.similarities != dense.similarities
+    assert all(0.0 <= s <= 1.0 for s in hybrid.similarities or [])
+
+
+def test_filters_are_escaped_and_exact(store: LanceDBChunkStore) -> None:
+    flt = MetadataFilters(filters=[MetadataFilter(key="kb_id", value="t1", operator=FilterOperator.NE)])
+    assert "t10" in kb_ids(store.query(query("ten one", VectorStoreQueryMode.DEFAULT, k=10, filters=flt)))
+    evil = MetadataFilters(filters=[MetadataFilter(key="title", value="x' OR '1'='1")])
+    assert store.query(query("table", VectorStoreQueryMode.DEFAULT, filters=evil)).nodes == []
+    both = MetadataFilters(
+        filters=[
+            MetadataFilter(key="kb_id", value=["pdf", "print"], operator=FilterOperator.IN),
+            MetadataFilters(
+                filters=[
+                    MetadataFilter(key="kb_id", value="pdf"),
+                    MetadataFilter(key="kb_id", value="tables"),
+                ],
+                condition=FilterCondition.OR,
+            ),
+        ]
+    )
+    assert kb_ids(store.query(query("document", VectorStoreQueryMode.HYBRID, k=10, filters=both))) == ["pdf"]
+    assert sql_literal("O'Reilly") == "'O''Reilly'"
+    with pytest.raises(ValueError, match="filterable fields are"):
+        filters_to_sql(MetadataFilters(filters=[MetadataFilter(key="secret; DROP", value=1)]))
+
+
+def test_delete_articles_and_reopen_from_disk(store: LanceDBChunkStore, tmp_path: Path) -> None:
+    store.add([node("tables", "Second chunk about table borders.", n=1)])
+    store.delete_articles(["tables", "quote"])
+    reopened = LanceDBChunkStore(uri=tmp_path / "db")
+    assert reopened.kb_ids() == {"charts", "print", "pdf", "t10", "t1"}
+    assert reopened.count() == 5
+
+
+def test_finalize_builds_text_and_kb_id_indexes_once(store: LanceDBChunkStore) -> None:
+    table = store._open()
+    columns = {tuple(i.columns) for i in table.list_indices()}
+    assert {("text",), ("kb_id",)} <= columns
+    store.finalize()  # idempotent
+    assert len(table.list_indices()) == len(columns)
+
+
+def test_empty_store_answers_empty(tmp_path: Path) -> None:
+    s = LanceDBChunkStore(uri=tmp_path / "empty")
+    assert s.query(query("x", VectorStoreQueryMode.HYBRID)).nodes == []
+    assert s.count() == 0 and s.kb_ids() == set()

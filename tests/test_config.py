@@ -1,0 +1,62 @@
+"""Settings: env vars, a TOML file, validation with what-to-do messages, secrets never shown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ragidx.config import Settings
+
+
+def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "ragidx.toml"
+    toml.write_text(
+        'top_k = 7\nreranker = "none"\n[llm]\nmodel = "gpt-4o-mini"\napi_base = "https://api.example/v1"\n'
+    )
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    monkeypatch.setenv("RAGIDX_TOP_K", "9")  # env beats the file
+    monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")
+    monkeypatch.setenv("RAGIDX_LLM__CONTEXT_WINDOW", "128000")
+    s = Settings()
+    assert (s.top_k, s.reranker, s.llm.model, s.llm.context_window) == (9, "none", "gpt-4o-mini", 128000)
+    assert s.llm.api_key is not None and s.llm.api_key.get_secret_value() == "sk-secret-123"
+    again = Settings(**json.loads(json.dumps(s.model_dump(mode="python"), default=str)))
+    assert again.top_k == 9 and again.llm.model == "gpt-4o-mini"
+
+
+def test_secrets_are_masked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGIDX_COHERE_API_KEY", "co-secret-456")
+    monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")
+    s = Settings(reranker="cohere")
+    shown = " ".join([repr(s), str(s), json.dumps(s.public_dict())])
+    assert "co-secret-456" not in shown and "sk-secret-123" not in shown
+
+
+def test_defaults_are_the_offline_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = Settings()
+    assert (s.store, s.embed_model, s.reranker, s.llm.is_local) == ("lancedb", "minilm", "offline", True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"store": "weaviate"}, "needs weaviate_url"),
+        ({"reranker": "cohere"}, "needs cohere_api_key"),
+        ({"reranker": "cross-encoder"}, "needs cross_encoder_path"),
+        ({"budget_target_pct": 0.9, "budget_trigger_pct": 0.8}, "must not exceed"),
+        ({"collection": "my-collection"}, "use letters, digits and '_'"),
+    ],
+)
+def test_inconsistent_settings_say_what_to_set(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(**kwargs)
+
+
+def test_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RAGIDX_CONFIG", str(tmp_path / "nope.toml"))
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        Settings()
