@@ -1,0 +1,178 @@
+"""Rank-proportional token allocation, thresholds for small windows, and the retrieval cap.
+
+An article's wish is a share of its own tokens, linear in its normalized rank: 80% at rank 0.0 down to
+30% at rank 1.0. Wishes are scaled by one common factor so the allocations fill the budget, each
+clamped between a per-article minimum and the article's own size. The minimum adapts to small budgets
+(``max(100, budget // (2 * n))``, never above the configured one); when even the minimums can't be
+paid, the worst-ranked articles are dropped (allocation 0) first, and a lone survivor gets what is left.
+
+Example:
+    >>> allocate_article_budgets([0.0, 1.0], [1000, 1000], 1000, min_tokens=100)
+    [728, 272]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ABSOLUTE_MIN_ARTICLE_TOKENS",
+    "SMALL_WINDOW_TOKENS",
+    "BudgetThresholds",
+    "adaptive_min_tokens",
+    "allocate_article_budgets",
+    "rank_share",
+    "suggest_article_cap",
+    "thresholds_for_window",
+]
+
+SMALL_WINDOW_TOKENS = 16_384
+"""Windows below this get earlier thresholds and a smaller per-article minimum."""
+ABSOLUTE_MIN_ARTICLE_TOKENS = 100
+"""The adaptive minimum never goes below this (less is not readable)."""
+MIN_PARTIAL_TOKENS = 32
+"""A dropped article still gets the leftover budget when at least this much (or its whole size) is left."""
+BEST_SHARE = 0.8
+WORST_SHARE = 0.3
+
+
+@dataclass(frozen=True)
+class BudgetThresholds:
+    """When the budget acts (``trigger_pct``), what it aims for (``target_pct``), the per-article floor.
+
+    Example:
+        >>> thresholds_for_window(8192)
+        BudgetThresholds(trigger_pct=0.75, target_pct=0.7, min_article_tokens=100, small_window=True)
+    """
+
+    trigger_pct: float
+    target_pct: float
+    min_article_tokens: int
+    small_window: bool = False
+
+
+def thresholds_for_window(
+    context_window: int,
+    *,
+    trigger_pct: float = 0.85,
+    target_pct: float = 0.80,
+    min_article_tokens: int = 300,
+    small_window_tokens: int = SMALL_WINDOW_TOKENS,
+) -> BudgetThresholds:
+    """Thresholds for ``context_window``; below ``small_window_tokens`` act earlier (75% / 70%) with a
+    minimum of 1% of the window (at least 100, at most ``min_article_tokens``)."""
+    if context_window >= small_window_tokens:
+        return BudgetThresholds(trigger_pct, target_pct, min_article_tokens, small_window=False)
+    small_min = max(ABSOLUTE_MIN_ARTICLE_TOKENS, int(context_window * 0.01))
+    return BudgetThresholds(
+        trigger_pct=min(trigger_pct, 0.75),
+        target_pct=min(target_pct, 0.70),
+        min_article_tokens=min(min_article_tokens, small_min),
+        small_window=True,
+    )
+
+
+def rank_share(normalized_rank: float) -> float:
+    """Share of its own tokens an article wishes to keep: 0.8 at rank 0.0 .. 0.3 at rank 1.0."""
+    r = min(1.0, max(0.0, normalized_rank))
+    return BEST_SHARE - (BEST_SHARE - WORST_SHARE) * r
+
+
+def adaptive_min_tokens(budget: int, n_articles: int, min_tokens: int) -> int:
+    """``min(min_tokens, max(100, budget // (2 * n)))``: small budgets lower the per-article floor."""
+    if n_articles <= 0:
+        return min_tokens
+    return min(min_tokens, max(ABSOLUTE_MIN_ARTICLE_TOKENS, budget // (2 * n_articles)))
+
+
+def allocate_article_budgets(
+    ranks: Sequence[float],
+    sizes: Sequence[int],
+    budget: int,
+    *,
+    min_tokens: int = 300,
+) -> list[int]:
+    """Per-article token budgets summing to at most ``budget``; 0 means drop the article.
+
+    Args:
+        ranks: Normalized rank per article (0.0 best .. 1.0 worst); clamped into range.
+        sizes: Current tokens per article.
+        budget: Tokens all articles together may use.
+        min_tokens: Configured per-article minimum; adapted down for small budgets.
+
+    Returns:
+        Allocations in input order, each ``<= sizes[i]``. When everything fits, every article keeps all
+        its tokens; among articles of equal size a better rank never gets fewer tokens.
+    """
+    if len(ranks) != len(sizes):
+        raise ValueError(f"ranks and sizes differ in length: {len(ranks)} vs {len(sizes)}")
+    n = len(sizes)
+    sizes = [max(0, int(s)) for s in sizes]
+    budget = max(0, int(budget))
+    if n == 0:
+        return []
+    if sum(sizes) <= budget:
+        return list(sizes)
+    floor_all = adaptive_min_tokens(budget, n, min_tokens)
+    floors = [min(floor_all, s) for s in sizes]
+    # Best first; drop the worst while the minimums of the survivors can't be paid.
+    order = sorted(range(n), key=lambda i: (min(1.0, max(0.0, ranks[i])), i))
+    kept = list(order)
+    while len(kept) > 1 and sum(floors[i] for i in kept) > budget:
+        kept.pop()
+    alloc = [0] * n
+    if len(kept) == 1 and floors[kept[0]] > budget:
+        alloc[kept[0]] = min(sizes[kept[0]], budget)
+        return alloc
+    wishes = {i: sizes[i] * rank_share(ranks[i]) for i in kept}
+
+    def total(scale: float) -> float:
+        return sum(min(sizes[i], max(floors[i], scale * wishes[i])) for i in kept)
+
+    lo, hi = 0.0, 1.0
+    while total(hi) < budget and hi < 1e9:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if total(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    for i in kept:
+        alloc[i] = int(min(sizes[i], max(floors[i], lo * wishes[i])))
+    # Hand rounding leftovers to the best-ranked articles with room, then shrink (rather than drop) the
+    # best dropped article into what is left when that is still a readable piece.
+    left = budget - sum(alloc)
+    for i in kept:
+        if left <= 0:
+            break
+        extra = min(left, sizes[i] - alloc[i])
+        alloc[i] += extra
+        left -= extra
+    for i in order[len(kept) :]:
+        piece = min(left, sizes[i])
+        if piece < min(floors[i], MIN_PARTIAL_TOKENS):
+            break
+        alloc[i] = piece
+        left -= piece
+    return alloc
+
+
+def suggest_article_cap(
+    available_tokens: int,
+    *,
+    per_article_tokens: int,
+    max_articles: int | None = None,
+) -> int:
+    """How many more articles a retrieve call should return so they fit in ``available_tokens``.
+
+    Always at least 1 (one article can still be compressed to fit); at most ``max_articles``.
+
+    Example:
+        >>> suggest_article_cap(2500, per_article_tokens=1000, max_articles=5)
+        2
+    """
+    per = max(1, per_article_tokens)
+    cap = max(1, max(0, available_tokens) // per)
+    return min(cap, max_articles) if max_articles is not None else cap

@@ -1,0 +1,102 @@
+"""A token counter that remembers the counts of texts it has seen (bounded, thread-safe).
+
+The hook runs before every LLM call of a turn, and each call re-sends the same system prompt,
+history and tool results: counting them once instead of on every call is most of the hook's cost.
+Counts are exact (a cache hit returns what ``TokenCounter.count`` returned for the same string).
+
+Example:
+    >>> tok = CachedTokenCounter()
+    >>> tok.count("hello world " * 20) == tok.count("hello world " * 20)
+    True
+    >>> tok.cache_info()["hits"]
+    1
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import tiktoken
+
+from ragidx.providers.tokenizer import TokenCounter
+
+__all__ = ["CachedTokenCounter"]
+
+
+class CachedTokenCounter(TokenCounter):
+    """``TokenCounter`` with an LRU cache of ``count`` results for texts of ``min_chars`` or more.
+
+    Args:
+        inner: The counter to wrap (its encoding is shared); default tiktoken ``cl100k_base``.
+        max_entries: Most texts remembered.
+        max_chars: Most characters of remembered texts in total (the cache keeps the strings alive).
+        min_chars: Shorter texts are counted directly (cheaper than caching them).
+
+    Example:
+        >>> CachedTokenCounter.wrap(TokenCounter("o200k_base")).encoding_name
+        'o200k_base'
+    """
+
+    def __init__(
+        self,
+        inner: TokenCounter | None = None,
+        *,
+        max_entries: int = 4096,
+        max_chars: int = 16_000_000,
+        min_chars: int = 64,
+    ) -> None:
+        inner = inner or TokenCounter()
+        super().__init__(inner.encoding_name)
+        self._inner = inner
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self.min_chars = min_chars
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._chars = 0
+        self._hits = 0
+        self._misses = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def wrap(cls, counter: TokenCounter | None) -> CachedTokenCounter:
+        """``counter`` itself when it already caches, else a caching wrapper around it."""
+        if isinstance(counter, CachedTokenCounter):
+            return counter
+        return cls(counter)
+
+    @property
+    def _encoding(self) -> tiktoken.Encoding:
+        return self._inner._encoding
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) < self.min_chars:
+            return len(self.encode(text))
+        with self._lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                self._hits += 1
+                return cached
+        n = len(self.encode(text))
+        with self._lock:
+            self._misses += 1
+            if text not in self._cache:
+                self._cache[text] = n
+                self._chars += len(text)
+                while self._cache and (len(self._cache) > self.max_entries or self._chars > self.max_chars):
+                    old, _ = self._cache.popitem(last=False)
+                    self._chars -= len(old)
+        return n
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._chars = 0
+
+    def cache_info(self) -> dict[str, Any]:
+        with self._lock:
+            return {"hits": self._hits, "misses": self._misses, "entries": len(self._cache), "chars": self._chars}

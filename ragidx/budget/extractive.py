@@ -1,0 +1,244 @@
+"""Query-aware extractive compression: keep the sentences that answer the question, no LLM.
+
+Each sentence is scored by BM25 against the question's terms (stemmed; document frequencies over all
+sentences of the batch), with extra weight for the question's entities and numbers (capitalized words,
+digits), a small prior for early sentences and for sentences naming the article's title. The best
+sentences are kept in their original order until the target is filled; the next best one is cut to
+fill what is left (ending in "…"), so the result is within the target and within a few tokens of it.
+Sentence costs are estimated from their share of the article's characters and the assembled result is
+then counted exactly and adjusted, which keeps the compressor to a few tokenizer calls per article.
+
+Example:
+    >>> from ragidx.article import Article
+    >>> text = "Paris is big. The Eiffel Tower opened in 1889. It is made of iron."
+    >>> ExtractiveCompressor().compress(Article("a", "Eiffel Tower", "", text), 12, "When did it open?")
+    'The Eiffel Tower opened in 1889.'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ragidx.article import Article
+from ragidx.budget.sentences import Unit, split_units, stem, terms
+from ragidx.providers.tokenizer import TokenCounter
+
+__all__ = ["ExtractiveCompressor"]
+
+_ENTITY = re.compile(r"\b(?:[A-ZА-ЯЁ][\w'’-]*|\d[\d.,:/-]*)", re.UNICODE)
+_MIN_FILL_TOKENS = 4
+ELLIPSIS = "…"
+"""Ends a sentence that was cut to fit (one token), so the reader knows text is missing."""
+_FIT_ROUNDS = 4
+
+
+@dataclass
+class _Doc:
+    units: list[Unit]
+    unit_terms: list[list[str]]
+
+
+class ExtractiveCompressor:
+    """Sentence extraction by BM25 relevance to the question; fast (a few ms for 20 articles).
+
+    Args:
+        token_counter: Counts and cuts tokens; the default is tiktoken ``cl100k_base``.
+        k1, b: BM25 parameters.
+        entity_boost: Weight multiplier for question terms that are names or numbers (1.0 = none: on
+            HotpotQA questions 0-249, 2.0 kept fewer answers at 25% and 10%; neutral on 250-499).
+        position_prior: Bonus (in units of the mean term weight) for the first sentence, decaying.
+        title_boost: Bonus (same units) for sentences that share terms with the article's title.
+
+    Example:
+        >>> comp = ExtractiveCompressor()
+        >>> comp.name
+        'extractive'
+    """
+
+    name = "extractive"
+
+    def __init__(
+        self,
+        token_counter: TokenCounter | None = None,
+        *,
+        k1: float = 1.2,
+        b: float = 0.5,
+        entity_boost: float = 1.0,
+        position_prior: float = 0.5,
+        title_boost: float = 0.3,
+    ) -> None:
+        self.tokens = token_counter or TokenCounter()
+        self.k1 = k1
+        self.b = b
+        self.entity_boost = entity_boost
+        self.position_prior = position_prior
+        self.title_boost = title_boost
+
+    # --- protocol -------------------------------------------------------------------------------------
+    def compress(self, article: Article, target_tokens: int, question: str) -> str:
+        return self.compress_many([article], [target_tokens], question)[0]
+
+    async def acompress(self, article: Article, target_tokens: int, question: str) -> str:
+        return self.compress(article, target_tokens, question)
+
+    def compress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
+        """Compress a batch with term statistics shared across its articles."""
+        docs = [self._doc(a.content) for a in articles]
+        weights = self._query_weights(question, docs)
+        out: list[str] = []
+        for article, doc, target in zip(articles, docs, targets, strict=True):
+            total = self.tokens.count(article.content)
+            if total <= target:
+                out.append(article.content)
+                continue
+            scores = self._scores(doc, weights, article.title)
+            out.append(self._select(article.content, doc, scores, target, total, weights))
+        return out
+
+    async def acompress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
+        return self.compress_many(articles, targets, question)
+
+    # --- scoring --------------------------------------------------------------------------------------
+    def _doc(self, text: str) -> _Doc:
+        units = split_units(text)
+        return _Doc(units, [terms(u.text) for u in units])
+
+    def _query_weights(self, question: str, docs: Sequence[_Doc]) -> dict[str, float]:
+        q_terms = set(terms(question))
+        if not q_terms:
+            return {}
+        n = sum(len(d.units) for d in docs) or 1
+        df: Counter[str] = Counter()
+        for d in docs:
+            for ts in d.unit_terms:
+                df.update(q_terms.intersection(ts))
+        entities = {stem(w.lower()) for w in _ENTITY.findall(question[1:])} | {
+            t for t in q_terms if any(ch.isdigit() for ch in t)
+        }
+        weights: dict[str, float] = {}
+        for t in q_terms:
+            idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+            weights[t] = idf * (self.entity_boost if t in entities else 1.0)
+        return weights
+
+    def _scores(self, doc: _Doc, weights: dict[str, float], title: str) -> list[float]:
+        lengths = [len(ts) for ts in doc.unit_terms]
+        avg = (sum(lengths) / len(lengths)) if lengths else 1.0
+        mean_w = (sum(weights.values()) / len(weights)) if weights else 1.0
+        title_terms = set(terms(title))
+        scores: list[float] = []
+        for pos, ts in enumerate(doc.unit_terms):
+            s = self.position_prior * mean_w / (1 + pos)
+            hits = [t for t in ts if t in weights]
+            if hits:
+                norm = self.k1 * (1 - self.b + self.b * len(ts) / (avg or 1.0))
+                s += sum(weights[t] * f * (self.k1 + 1) / (f + norm) for t, f in Counter(hits).items())
+            if title_terms and not title_terms.isdisjoint(ts):
+                s += self.title_boost * mean_w
+            scores.append(s)
+        return scores
+
+    # --- selection ------------------------------------------------------------------------------------
+    def _select(
+        self,
+        text: str,
+        doc: _Doc,
+        scores: list[float],
+        target: int,
+        total: int,
+        weights: dict[str, float],
+    ) -> str:
+        """Best units in score order, estimated by their share of characters, then fitted exactly.
+
+        Unit costs are estimated (``total`` tokens spread over the characters) instead of counted one
+        by one; the assembled text is then counted exactly and the partial unit (or the weakest chosen
+        one) trimmed, or the leftover filled with a piece of the next best unit, a few times at most.
+        """
+        if target <= 0 or not doc.units:
+            return ""
+        ratio = total / max(1, len(text))
+        cost = [max(1, math.ceil(len(u.text) * ratio)) for u in doc.units]
+        order = sorted(range(len(doc.units)), key=lambda i: (-scores[i], i))
+        chosen: list[int] = []
+        partial: tuple[int, int] | None = None
+        used = 0
+        for i in order:
+            rest = target - used
+            if cost[i] <= rest:
+                chosen.append(i)
+                used += cost[i]
+            elif rest >= max(_MIN_FILL_TOKENS, cost[i] // 2):
+                # A good sentence that half fits is worth more than a worse one that fits whole.
+                partial = (i, rest)
+                break
+        result = ""
+        for _ in range(_FIT_ROUNDS):
+            result = self._assemble(text, doc.units, set(chosen), partial, weights)
+            n = self.tokens.count(result)
+            if n > target:
+                over = n - target
+                if partial is not None and partial[1] - over >= _MIN_FILL_TOKENS:
+                    partial = (partial[0], partial[1] - over)
+                elif partial is not None:
+                    partial = None
+                elif chosen:
+                    weakest = chosen.pop()
+                    keep = cost[weakest] - over
+                    partial = (weakest, keep) if keep >= _MIN_FILL_TOKENS else None
+                else:
+                    break
+            elif target - n >= _MIN_FILL_TOKENS:
+                rest = target - n
+                if partial is not None and partial[1] < cost[partial[0]]:
+                    partial = (partial[0], partial[1] + rest)
+                else:
+                    if partial is not None:
+                        chosen.append(partial[0])
+                    nxt = next((i for i in order if i not in chosen), None)
+                    if nxt is None:
+                        break
+                    partial = (nxt, rest)
+            else:
+                break
+        if self.tokens.count(result) > target:
+            result = self.tokens.truncate(result, target)
+        return result
+
+    def _assemble(
+        self,
+        text: str,
+        units: list[Unit],
+        chosen: set[int],
+        partial: tuple[int, int] | None,
+        weights: dict[str, float],
+    ) -> str:
+        parts: list[str] = []
+        prev: int | None = None
+        for i, unit in enumerate(units):
+            if i in chosen:
+                piece = unit.text
+            elif partial is not None and partial[0] == i:
+                piece = self._cut(unit.text, partial[1], weights)
+                if not piece.strip(ELLIPSIS):
+                    continue
+            else:
+                continue
+            if prev is not None:
+                gap = text[units[prev].end : unit.start]
+                # Adjacent units keep their own separator; across a gap, a line break if one was skipped.
+                parts.append(gap if prev == i - 1 else ("\n" if "\n" in gap else " "))
+            parts.append(piece)
+            prev = i
+        return "".join(parts)
+
+    def _cut(self, sentence: str, budget: int, weights: dict[str, float]) -> str:
+        """The longest prefix of ``sentence`` in ``budget`` tokens, ending in "…" when cut."""
+        piece = self.tokens.truncate(sentence, budget - 1)
+        if piece == sentence:
+            return sentence
+        piece = piece.rstrip()
+        return piece + ELLIPSIS if piece else ""

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragidx.budget.allocation import (
+    adaptive_min_tokens,
+    allocate_article_budgets,
+    rank_share,
+    suggest_article_cap,
+    thresholds_for_window,
+)
+
+
+def test_everything_fits_is_unchanged() -> None:
+    assert allocate_article_budgets([0.0, 1.0], [100, 200], 300) == [100, 200]
+
+
+def test_shares_are_linear_from_80_to_30_percent() -> None:
+    assert rank_share(0.0) == 0.8 and rank_share(1.0) == pytest.approx(0.3) and rank_share(0.5) == pytest.approx(0.55)
+    # budget == sum of wishes: each gets exactly its share
+    alloc = allocate_article_budgets([0.0, 0.5, 1.0], [1000, 1000, 1000], 1650, min_tokens=100)
+    assert alloc == [800, 550, 300]
+
+
+def test_best_keeps_most_and_budget_is_filled() -> None:
+    alloc = allocate_article_budgets([0.0, 0.25, 0.5, 0.75, 1.0], [1000] * 5, 2000, min_tokens=300)
+    assert sum(alloc) == 2000
+    assert alloc == sorted(alloc, reverse=True) and alloc[0] > alloc[-1]
+
+
+def test_small_budget_lowers_minimum_then_drops_worst_first() -> None:
+    assert adaptive_min_tokens(1500, 5, 300) == 150
+    assert adaptive_min_tokens(300, 5, 300) == 100
+    alloc = allocate_article_budgets([0.0, 0.5, 1.0], [1000] * 3, 250, min_tokens=300)
+    assert alloc[2] == 0 and alloc[0] >= alloc[1] >= 100 and sum(alloc) == 250
+    assert allocate_article_budgets([1.0, 0.0], [1000, 1000], 60, min_tokens=300) == [0, 60]
+
+
+def test_leftover_shrinks_next_article_instead_of_wasting() -> None:
+    alloc = allocate_article_budgets([0.0, 0.5, 1.0], [100, 100, 1000], 250, min_tokens=300)
+    assert alloc[:2] == [100, 100] and alloc[2] == 50
+
+
+def test_zero_budget_and_no_articles() -> None:
+    assert allocate_article_budgets([0.0, 1.0], [10, 10], 0) == [0, 0]
+    assert allocate_article_budgets([], [], 100) == []
+    with pytest.raises(ValueError, match="differ in length"):
+        allocate_article_budgets([0.0], [1, 2], 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-0.5, 1.5), st.integers(0, 5000)), max_size=12),
+    st.integers(0, 20_000),
+    st.integers(16, 600),
+)
+def test_allocation_invariants(items: list[tuple[float, int]], budget: int, min_tokens: int) -> None:
+    ranks, sizes = [r for r, _ in items], [s for _, s in items]
+    alloc = allocate_article_budgets(ranks, sizes, budget, min_tokens=min_tokens)
+    assert sum(alloc) <= max(budget, 0)
+    assert all(0 <= a <= s for a, s in zip(alloc, sizes, strict=True))
+    if sum(sizes) <= budget:
+        assert alloc == sizes
+    # a kept article is never worse-ranked than a dropped one of nonzero size (worst dropped first)
+    clamp = [min(1.0, max(0.0, r)) for r in ranks]
+    kept = [r for r, a in zip(clamp, alloc, strict=True) if a > 0]
+    dropped = [r for r, a, s in zip(clamp, alloc, sizes, strict=True) if a == 0 and s > 0]
+    if kept and dropped:
+        assert max(kept) <= min(dropped)
+
+
+def test_small_windows_act_earlier() -> None:
+    small, big = thresholds_for_window(8192), thresholds_for_window(128_000)
+    assert (small.trigger_pct, small.target_pct, small.min_article_tokens) == (0.75, 0.70, 100)
+    assert (big.trigger_pct, big.target_pct, big.min_article_tokens) == (0.85, 0.80, 300)
+    assert thresholds_for_window(15_000).min_article_tokens == 150
+
+
+def test_suggest_article_cap() -> None:
+    assert suggest_article_cap(2500, per_article_tokens=1000, max_articles=5) == 2
+    assert suggest_article_cap(0, per_article_tokens=1000) == 1
+    assert suggest_article_cap(10**6, per_article_tokens=1000, max_articles=5) == 5

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from ragidx.article import Article
+from ragidx.budget.extractive import ELLIPSIS, ExtractiveCompressor
+from ragidx.budget.sentences import split_units
+from tests.budget.helpers import text_of_tokens
+
+COMP = ExtractiveCompressor()
+
+
+def doc(text: str, title: str = "Doc") -> Article:
+    return Article("k", title, "https://x/k", text)
+
+
+def test_keeps_the_sentence_that_answers() -> None:
+    filler = text_of_tokens(300, 1)
+    text = f"{filler} The Eiffel Tower opened on 31 March 1889. {text_of_tokens(300, 2)}"
+    out = COMP.compress(doc(text, "Paris"), 40, "When did the Eiffel Tower open?")
+    assert "31 March 1889" in out
+    assert COMP.tokens.count(out) <= 40
+
+
+def test_within_and_close_to_target_in_original_order() -> None:
+    text = text_of_tokens(2000, 3)
+    for target in (50, 333, 1000):
+        out = COMP.compress(doc(text), target, "printer driver backup")
+        assert target - 5 <= COMP.tokens.count(out) <= target
+        # every piece (a cut one ends in "…") is verbatim from the source, in the source's order
+        pos = -1
+        for unit in split_units(out):
+            found = text.find(unit.text.removesuffix(ELLIPSIS), pos + 1)
+            assert found > pos, (unit.text, pos)
+            pos = found
+
+
+def test_short_article_is_returned_whole_and_zero_target_is_empty() -> None:
+    assert COMP.compress(doc("Tiny text."), 100, "q") == "Tiny text."
+    assert COMP.compress(doc(text_of_tokens(100, 4)), 0, "q") == ""
+
+
+def test_russian_question_guides_selection() -> None:
+    text = (
+        "Компания основана давно. У неё много офисов. "
+        "Резервную копию базы создают в меню «Сервис», пункт «Резервное копирование». "
+        "Сотрудники любят кофе. Офис находится в центре."
+    )
+    out = COMP.compress(doc(text, "Справка"), 25, "Как создать резервную копию базы?")
+    assert "Резервную копию базы" in out
+
+
+def test_without_question_terms_keeps_the_beginning() -> None:
+    text = text_of_tokens(400, 5)
+    out = COMP.compress(doc(text), 60, "")
+    assert text.startswith(out.split(". ")[0])
+
+
