@@ -44,16 +44,51 @@ class LLMEndpoint(BaseSettings):
     api_key: SecretStr | None = Field(default=None, description="API key; never logged.")
     context_window: int = Field(default=8192, ge=512, description="Tokens the model accepts in total.")
     max_output_tokens: int = Field(default=512, ge=16, description="Tokens reserved for the answer.")
-    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(default=3, ge=0, description="Retries with backoff on errors.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Per-request timeout; None: 900 s for the local model, 120 s otherwise."
+    )
+    max_retries: int | None = Field(
+        default=None,
+        ge=0,
+        description="Retries with backoff on endpoint errors; None: 0 for the local model (a retried request "
+        "only queues behind the abandoned one), 3 otherwise.",
+    )
     temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
     tokenizer: str = Field(
         default="cl100k_base", description="tiktoken encoding used to count this model's tokens."
+    )
+    tool_mode: Literal["auto", "forced"] | None = Field(
+        default=None,
+        description="'auto': the model calls tools as it likes; 'forced': forced named calls only "
+        "(weak local models). None: 'forced' for the local model, 'auto' for endpoints.",
+    )
+    inline_tool_results: bool | None = Field(
+        default=None,
+        description="Send tool calls/results as plain text (chat templates that drop tool messages). "
+        "None: on for the local model, off for endpoints.",
     )
 
     @property
     def is_local(self) -> bool:
         return self.api_base is None
+
+    @property
+    def effective_tool_mode(self) -> Literal["auto", "forced"]:
+        if self.tool_mode is not None:
+            return self.tool_mode
+        return "forced" if self.is_local else "auto"
+
+    @property
+    def effective_timeout_s(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else (900.0 if self.is_local else 120.0)
+
+    @property
+    def effective_max_retries(self) -> int:
+        return self.max_retries if self.max_retries is not None else (0 if self.is_local else 3)
+
+    @property
+    def effective_inline_tool_results(self) -> bool:
+        return self.is_local if self.inline_tool_results is None else self.inline_tool_results
 
 
 class Settings(BaseSettings):

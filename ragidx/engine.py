@@ -12,8 +12,11 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,6 +61,9 @@ class Engine:
         self._article_store = article_store
         self._llm_provider = llm_provider
         self._retriever: Any | None = None
+        self._agent: Any | None = None
+        self._memory: Any | None = None
+        self._lock = threading.Lock()
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
@@ -91,10 +97,45 @@ class Engine:
         if self._retriever is None:
             from ragidx.retrieval.factory import build_retriever
 
-            self._retriever = build_retriever(
-                self.settings, self.chunk_store, self.article_store, self.embed_model
-            )
+            self._retriever = build_retriever(self.settings, self.chunk_store, self.article_store, self.embed_model)
         return self._retriever
+
+    def agent(self) -> Any:
+        """The agent workflow (built once; starts the local model server if the LLM is local)."""
+        with self._lock:
+            if self._agent is None:
+                self._agent = self._build_agent()
+            return self._agent
+
+    def _build_agent(self) -> Any:
+        from ragidx.agent.workflow import RagAgent, SessionMemory
+        from ragidx.budget import ContextBudget, LLMSummaryCompressor, RetrievalCap
+        from ragidx.providers.tokenizer import TokenCounter
+        from ragidx.tools.retrieve_context import make_retrieve_context_tool
+
+        s = self.settings
+        llm = self.llm_provider.get(s.llm)
+        fallback = self.llm_provider.get(s.fallback_llm) if s.fallback_llm is not None else None
+        tokens = TokenCounter(s.llm.tokenizer)
+        cap = RetrievalCap()
+        compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
+        budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
+        self._memory = self._memory or SessionMemory()
+        return RagAgent(
+            llm,
+            make_retrieve_context_tool(self.retriever, cap=cap),
+            budget,
+            context_window=s.llm.context_window,
+            max_output_tokens=s.llm.max_output_tokens,
+            tool_mode=s.llm.effective_tool_mode,
+            inline_tool_results=s.llm.effective_inline_tool_results,
+            max_tool_rounds=s.max_tool_rounds,
+            fallback_llm=fallback,
+            fallback_context_window=s.fallback_llm.context_window if s.fallback_llm else None,
+            fallback_max_output_tokens=s.fallback_llm.max_output_tokens if s.fallback_llm else None,
+            memory=self._memory,
+            retries=s.llm.effective_max_retries,
+        )
 
     def ingestor(self) -> Ingestor:
         return Ingestor(
@@ -141,6 +182,52 @@ class Engine:
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
         result: list[Article] = await self.retriever.aretrieve(query, top_k=top_k)
         return result
+
+    def ask(self, question: str, session_id: str | None = None) -> Any:
+        """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.
+
+        ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
+        """
+        from llama_index.core.async_utils import asyncio_run
+
+        return asyncio_run(self.aask(question, session_id=session_id))
+
+    async def aask(self, question: str, session_id: str | None = None) -> Any:
+        return await self.agent().run(question=question, session_id=session_id)
+
+    async def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
+        """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``."""
+        from ragidx.agent.workflow import AnswerDeltaEvent
+
+        handler = self.agent().run(question=question, session_id=session_id)
+        async for event in handler.stream_events():
+            if isinstance(event, AnswerDeltaEvent):
+                yield event.delta
+        yield await handler
+
+    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[Any]:
+        """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
+        items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in self.astream_ask(question, session_id=session_id):
+                    items.put(("item", item))
+            except BaseException as exc:
+                items.put(("error", exc))
+            finally:
+                items.put(("end", None))
+
+        thread = threading.Thread(target=lambda: asyncio.run(pump()), daemon=True)
+        thread.start()
+        while True:
+            kind, value = items.get()
+            if kind == "end":
+                break
+            if kind == "error":
+                raise value
+            yield value
+        thread.join()
 
     def stats(self) -> dict[str, Any]:
         """Counts of articles and chunks, and where they live."""

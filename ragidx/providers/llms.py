@@ -60,8 +60,8 @@ class LLMProvider:
             max_tokens=endpoint.max_output_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
-            timeout=endpoint.timeout_s,
-            max_retries=endpoint.max_retries,
+            timeout=endpoint.effective_timeout_s,
+            max_retries=0,  # the agent retries with backoff and then says clearly what failed
             temperature=endpoint.temperature,
         )
 

@@ -1,0 +1,74 @@
+"""The answer object: text, citations, the ranked articles behind it, and what it cost.
+
+Example:
+    >>> a = Answer(question="q", text="Use Insert > Table [1].", citations=[Citation(1, "k", "Tables", "u")])
+    >>> a.render().splitlines()[-1]
+    '[1] Tables — u'
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ragidx.budget.report import BudgetReport
+
+NOT_FOUND_TEXT = "I could not find the answer to this question in the knowledge base."
+
+
+@dataclass(frozen=True)
+class Citation:
+    """An article the answer actually cites; ``number`` is the ``[n]`` used in the text."""
+
+    number: int
+    kb_id: str
+    title: str
+    url: str
+
+
+@dataclass
+class Answer:
+    """What ``Engine.ask`` returns.
+
+    Attributes:
+        text: the answer, with ``[n]`` markers matching ``citations``.
+        citations: the articles cited, in order of first citation.
+        articles: all articles the model was shown, deduplicated and ranked (dicts in the tool's JSON shape).
+        not_found: the knowledge base had no answer; ``citations`` is then empty.
+        citation_method: ``markers`` (the model wrote [n]), ``overlap`` (attributed by shared words
+            because the model wrote none), or ``none``.
+        queries: every retrieval query run, in order. ``tool_errors``: failures the agent saw.
+        budget_reports: one per LLM call, in order. ``model``: the model that wrote the answer;
+        ``fallback_reason``: why a larger model was used instead, if it was.
+        timings: seconds for retrieval, hook, llm and total. tokens: prompt tokens per call,
+            the largest prompt, and completion tokens.
+    """
+
+    question: str
+    text: str
+    citations: list[Citation] = field(default_factory=list)
+    articles: list[dict[str, Any]] = field(default_factory=list)
+    not_found: bool = False
+    citation_method: str = "none"
+    queries: list[str] = field(default_factory=list)
+    tool_errors: list[str] = field(default_factory=list)
+    budget_reports: list[BudgetReport] = field(default_factory=list)
+    model: str = ""
+    fallback_reason: str | None = None
+    session_id: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["budget_reports"] = [r.model_dump(mode="json") for r in self.budget_reports]
+        return data
+
+    def render(self) -> str:
+        """The answer and its sources, for a terminal."""
+        lines = [self.text.strip()]
+        if self.citations:
+            lines.append("")
+            lines.append("Sources:")
+            lines.extend(f"[{c.number}] {c.title} — {c.url or c.kb_id}" for c in self.citations)
+        return "\n".join(lines)

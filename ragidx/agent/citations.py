@@ -1,0 +1,79 @@
+"""Which articles an answer cites: ``[n]`` markers first, shared words when the model wrote none.
+
+Example:
+    >>> sources = [{"kb_id": "a", "title": "Tables", "url": "u", "content": "Insert a table."}]
+    >>> text, cites, method = resolve_citations("Choose Insert > Table [1][7].", sources)
+    >>> ([c.kb_id for c in cites], method)
+    (['a'], 'markers')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ragidx.agent.answer import Citation
+
+_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+_WORD = re.compile(r"\w{4,}", re.UNICODE)
+_STOP = frozenset(
+    "this that with from have will your which their there about would into what when where these those "
+    "then than them they been were also only some such more most other very just like does each".split()
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP}
+
+
+def resolve_citations(
+    text: str, sources: Sequence[dict[str, Any]], *, min_overlap: float = 0.35
+) -> tuple[str, list[Citation], str]:
+    """(text with invalid markers removed, citations in order of first use, method).
+
+    ``sources[i]`` is cited as ``[i + 1]``. Markers for numbers that name no source are removed from
+    the text (never turned into invented citations). Without any valid marker, a source is attributed
+    when it holds at least ``min_overlap`` of the answer's content words, weighted by how rare each
+    word is among the sources, and at least half of the best source's share (at most 3 sources).
+    """
+    cited: list[int] = []
+
+    def keep_valid(match: re.Match[str]) -> str:
+        numbers = [int(n) for n in re.split(r"\s*,\s*", match.group(1))]
+        valid = [n for n in numbers if 1 <= n <= len(sources)]
+        for n in valid:
+            if n not in cited:
+                cited.append(n)
+        return "".join(f"[{n}]" for n in valid)
+
+    cleaned = _MARKER.sub(keep_valid, text)
+    if cited:
+        return cleaned, [_citation(n, sources[n - 1]) for n in cited], "markers"
+    answer_words = _words(cleaned)
+    if not answer_words or not sources:
+        return cleaned, [], "none"
+    # Shared words weighted by rarity among the sources: a word every source has proves nothing.
+    source_words = [_words(f"{s.get('title', '')} {s.get('content', '')}") for s in sources]
+    n = len(sources)
+    idf = {w: math.log(1 + n / max(1, sum(w in sw for sw in source_words))) for w in answer_words}
+    total = sum(idf.values())
+    shares = [sum(idf[w] for w in answer_words & sw) / total for sw in source_words]
+    best = max(shares)
+    picked = sorted(
+        (i for i, share in enumerate(shares) if share >= min_overlap and share >= 0.5 * best),
+        key=lambda i: -shares[i],
+    )[:3]
+    if not picked:
+        return cleaned, [], "none"
+    return cleaned, [_citation(i + 1, sources[i]) for i in sorted(picked)], "overlap"
+
+
+def _citation(number: int, source: dict[str, Any]) -> Citation:
+    return Citation(
+        number=number,
+        kb_id=str(source.get("kb_id", "")),
+        title=str(source.get("title", "")),
+        url=str(source.get("url", "")),
+    )

@@ -1,0 +1,597 @@
+"""The agent: a LlamaIndex ``Workflow`` that retrieves several times, budgets every call, answers with citations.
+
+Steps: ``start`` → (``decide`` ⇄ ``run_tools``)* → ``answer``. The context budget hook
+(:class:`ragidx.budget.ContextBudget`) runs before **every** LLM call, sees all tool results of the
+turn, and returns the messages that are actually sent; the agent continues with them.
+
+Two tool protocols, one code path (``tool_mode``):
+
+- ``auto``: the model sees ``retrieve_context`` with ``tool_choice="auto"`` and calls it as it likes
+  (OpenAI, OpenRouter, vLLM with a tool parser).
+- ``forced``: for models that only follow a *forced named* tool call (the local Qwen2.5 through
+  llama-cpp-python's server: ``auto`` returns empty replies, ``required`` fails). The first search is
+  the user's own question; after it, each round forces a ``next_step`` call whose arguments are
+  constrained by its JSON schema (``{"action": "search" | "answer", "query": ...}``), so even a weak
+  model can only choose between searching again and answering.
+
+``inline_tool_results`` sends tool calls and results as plain assistant/user text, for chat
+templates that drop ``tool`` messages (llama-cpp-python's ``chatml-function-calling`` does). The
+budget counts the canonical messages and re-checks the converted ones, so the window holds either way.
+
+The answer step lists the surviving articles as ``[n] title`` in a closing instruction, asks for ``[n]``
+citations or the word NOT_FOUND, and keeps only citations of articles the model really saw.
+
+Example:
+    >>> agent = RagAgent(llm, retrieve_tool, ContextBudget(), context_window=8192)  # doctest: +SKIP
+    >>> answer = await agent.run(question="How do I insert a table?")                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+from pydantic import BaseModel, Field
+
+from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
+from ragidx.agent.citations import resolve_citations
+from ragidx.budget import ContextBudget
+from ragidx.budget.accounting import PromptAccountant
+from ragidx.budget.dedup import dedupe_articles
+from ragidx.budget.hook import REFERENCE_KEY, BudgetResult
+from ragidx.budget.messages import has_tool_calls, message_text, parse_tool_payload
+from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
+
+logger = logging.getLogger(__name__)
+
+ToolMode = Literal["auto", "forced"]
+T = TypeVar("T")
+
+SYSTEM_PROMPT = (
+    "You answer questions about a knowledge base. Use the retrieve_context tool to search it; search "
+    "again with a different query when the results do not cover every part of the question. Base "
+    "every statement on the retrieved articles, never on memory."
+)
+ANSWER_PROMPT = (
+    "You answer the user's question using ONLY the knowledge-base articles in the search results "
+    "above. Be concise and practical. After each statement, cite its source as [n] using the "
+    "numbers below. If the articles do not contain the answer, reply with exactly: NOT_FOUND\n\n"
+    "Sources:\n{sources}"
+)
+NEXT_STEP_PROMPT = (
+    "Decide the next step. Choose action 'search' with a new, short search query if part of the "
+    "question is still not covered by the search results; otherwise choose 'answer'."
+)
+_NOT_FOUND = re.compile(r"\bNOT[_ ]FOUND\b", re.IGNORECASE)
+
+
+class LLMUnavailableError(RuntimeError):
+    """The LLM endpoint failed after its retries (down, timing out, rate-limited)."""
+
+
+class LLMRequestError(RuntimeError):
+    """The LLM endpoint refused the request (bad key, bad model name, bad request): retrying won't help."""
+
+
+class NextStep(BaseModel):
+    action: Literal["search", "answer"] = Field(description="'search' again, or 'answer' now.")
+    query: str = Field(default="", description="The new search query when action is 'search'.")
+
+
+def _next_step(action: str, query: str = "") -> str:
+    return action
+
+
+NEXT_STEP_TOOL = FunctionTool.from_defaults(
+    _next_step,
+    name="next_step",
+    description="Choose the next step: 'search' the knowledge base again with a new query, or 'answer' now.",
+    fn_schema=NextStep,
+)
+
+
+class SessionMemory:
+    """Conversation messages per session, in memory. Thread-safe.
+
+    Example:
+        >>> m = SessionMemory()
+        >>> m.get("s1")
+        []
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, list[ChatMessage]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str | None) -> list[ChatMessage]:
+        if session_id is None:
+            return []
+        with self._lock:
+            return list(self._sessions.get(session_id, []))
+
+    def set(self, session_id: str | None, messages: Sequence[ChatMessage]) -> None:
+        if session_id is None:
+            return
+        with self._lock:
+            self._sessions[session_id] = list(messages)
+
+    def clear(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+
+@dataclass
+class _Turn:
+    question: str
+    session_id: str | None
+    messages: list[ChatMessage]
+    rounds: int = 0
+    queries: list[str] = field(default_factory=list)
+    tool_errors: list[str] = field(default_factory=list)
+    reports: list[BudgetReport] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    completion_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=lambda: {"retrieval": 0.0, "hook": 0.0, "llm": 0.0})
+    started: float = field(default_factory=time.perf_counter)
+    llm: Any = None
+    window: int = 0
+    max_out: int = 0
+    fallback_reason: str | None = None
+
+
+class DecideEvent(Event):
+    turn: Any
+
+
+class ToolCallsEvent(Event):
+    turn: Any
+    calls: list[ToolSelection]
+
+
+class AnswerEvent(Event):
+    turn: Any
+
+
+class AnswerDeltaEvent(Event):
+    """Streamed: a piece of the answer text."""
+
+    delta: str
+
+
+class BudgetReportEvent(Event):
+    """Streamed: what the budget hook did before an LLM call."""
+
+    report: dict[str, Any]
+
+
+class RagAgent(Workflow):
+    """Retrieve → budget → answer with citations. See the module docstring.
+
+    Args:
+        llm: a function-calling LLM (``OpenAILike`` in production, a scripted fake in tests).
+        retrieve_tool: the ``retrieve_context`` ``FunctionTool``.
+        budget: the context budget hook.
+        context_window / max_output_tokens: of ``llm``.
+        tool_mode: ``auto`` or ``forced`` (see module docstring).
+        inline_tool_results: send tool traffic as plain text (for templates that drop tool messages).
+        max_tool_rounds: most retrieval rounds per question.
+        fallback_llm / fallback_context_window / fallback_max_output_tokens: a larger-context model
+            for the answer when the budget says the material cannot fit usefully.
+        memory: per-session conversation store.
+        retries / backoff_s: retries of a failing endpoint (exponential backoff), then a clear error.
+
+    Example:
+        >>> RagAgent(llm, tool, ContextBudget(), context_window=8192).tool_mode   # doctest: +SKIP
+        'auto'
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        retrieve_tool: FunctionTool,
+        budget: ContextBudget,
+        *,
+        context_window: int,
+        max_output_tokens: int = 512,
+        tool_mode: ToolMode = "auto",
+        inline_tool_results: bool = False,
+        max_tool_rounds: int = 3,
+        fallback_llm: Any | None = None,
+        fallback_context_window: int | None = None,
+        fallback_max_output_tokens: int | None = None,
+        memory: SessionMemory | None = None,
+        system_prompt: str = SYSTEM_PROMPT,
+        retries: int = 2,
+        backoff_s: float = 1.0,
+        timeout: float | None = 900.0,
+    ) -> None:
+        super().__init__(timeout=timeout)
+        if max_tool_rounds < 1:
+            raise ValueError("max_tool_rounds must be >= 1")
+        self.llm = llm
+        self.retrieve_tool = retrieve_tool
+        self.budget = budget
+        self.context_window = context_window
+        self.max_output_tokens = max_output_tokens
+        self.tool_mode = tool_mode
+        self.inline_tool_results = inline_tool_results
+        self.max_tool_rounds = max_tool_rounds
+        self.fallback_llm = fallback_llm
+        self.fallback_context_window = fallback_context_window
+        self.fallback_max_output_tokens = fallback_max_output_tokens or max_output_tokens
+        self.memory = memory or SessionMemory()
+        self.system_prompt = system_prompt
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.accountant: PromptAccountant = budget.accountant
+
+    # --- steps ---------------------------------------------------------------------------------------
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> DecideEvent | ToolCallsEvent:
+        question = str(ev.get("question", "")).strip()
+        if not question:
+            raise ValueError("ask() needs a non-empty question")
+        session_id = ev.get("session_id")
+        history = self.memory.get(session_id)
+        turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
+        turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
+        if self.tool_mode == "forced":
+            # The first search is the question itself: grounding never depends on a weak model's query.
+            return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
+        return DecideEvent(turn=turn)
+
+    @step
+    async def decide(self, ctx: Context, ev: DecideEvent) -> ToolCallsEvent | AnswerEvent:
+        turn: _Turn = ev.turn
+        if turn.rounds >= self.max_tool_rounds:
+            return AnswerEvent(turn=turn)
+        if self.tool_mode == "auto":
+            tools = [self.retrieve_tool]
+            messages = await self._budgeted(ctx, turn, tools, None)
+            response = await self._chat(turn, messages, None, tools=tools, tool_choice="auto")
+            calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+            calls = [c for c in calls if c.tool_name == self.retrieve_tool.metadata.name]
+            return ToolCallsEvent(turn=turn, calls=calls) if calls else AnswerEvent(turn=turn)
+        tools = [NEXT_STEP_TOOL]
+        messages = await self._budgeted(ctx, turn, tools, NEXT_STEP_PROMPT)
+        forced = {"type": "function", "function": {"name": "next_step"}}
+        response = await self._chat(turn, messages, NEXT_STEP_PROMPT, tools=tools, tool_choice=forced)
+        calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+        plan = calls[0].tool_kwargs if calls else {}
+        query = str(plan.get("query") or "").strip()
+        if plan.get("action") == "search" and query and _norm(query) not in {_norm(q) for q in turn.queries}:
+            return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(query)])
+        return AnswerEvent(turn=turn)
+
+    @step
+    async def run_tools(self, ctx: Context, ev: ToolCallsEvent) -> DecideEvent:
+        turn: _Turn = ev.turn
+        turn.rounds += 1
+        blocks: list[Any] = [
+            ToolCallBlock(tool_call_id=c.tool_id, tool_name=c.tool_name, tool_kwargs=c.tool_kwargs) for c in ev.calls
+        ]
+        turn.messages.append(ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks))
+        for call in ev.calls:
+            turn.messages.append(await self._run_tool(turn, call))
+        return DecideEvent(turn=turn)
+
+    @step
+    async def answer(self, ctx: Context, ev: AnswerEvent) -> StopEvent:
+        turn: _Turn = ev.turn
+        if not _articles_shown(turn.messages):
+            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
+        # Two passes: budget with every title listed, then list only the articles that survived.
+        instruction = ANSWER_PROMPT.format(sources=_source_lines(_articles_shown(turn.messages)))
+        messages = await self._budgeted(ctx, turn, None, instruction)
+        sources = _articles_shown(messages)
+        if not sources:
+            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
+        text = await self._stream_answer(ctx, turn, messages, ANSWER_PROMPT.format(sources=_source_lines(sources)))
+        turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
+        answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text)))
+        return StopEvent(result=answer)
+
+    # --- pieces ----------------------------------------------------------------------------------------
+    def _retrieve_call(self, query: str) -> ToolSelection:
+        return ToolSelection(
+            tool_id=f"call_{uuid.uuid4().hex[:12]}",
+            tool_name=self.retrieve_tool.metadata.name,
+            tool_kwargs={"query": query},
+        )
+
+    async def _run_tool(self, turn: _Turn, call: ToolSelection) -> ChatMessage:
+        t0 = time.perf_counter()
+        query = str(call.tool_kwargs.get("query", ""))
+        turn.queries.append(query)
+        try:
+            if call.tool_name != self.retrieve_tool.metadata.name:
+                raise ValueError(
+                    f"unknown tool {call.tool_name!r}; the only tool is {self.retrieve_tool.metadata.name}"
+                )
+            output = await self.retrieve_tool.acall(**call.tool_kwargs)
+            content = output.content
+            if output.is_error:
+                turn.tool_errors.append(content)
+        except Exception as exc:  # a tool failure becomes a message the model can read, never a crash
+            logger.warning("tool %s failed: %s", call.tool_name, exc)
+            content = json.dumps(
+                {"articles": [], "metadata": {"query": query}, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            turn.tool_errors.append(f"{call.tool_name}: {type(exc).__name__}: {exc}")
+        else:
+            payload = _json_or_none(content)
+            if payload and payload.get("error"):
+                turn.tool_errors.append(str(payload["error"]))
+        turn.timings["retrieval"] += time.perf_counter() - t0
+        return ChatMessage(
+            role=MessageRole.TOOL,
+            content=content,
+            additional_kwargs={"tool_call_id": call.tool_id, "name": call.tool_name},
+        )
+
+    async def _budgeted(
+        self, ctx: Context, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None
+    ) -> list[ChatMessage]:
+        """Run the budget hook; keep its messages as the turn's; return what to send (canonical form).
+
+        Switches the rest of the turn to the fallback model when the primary window cannot hold the fixed
+        prompt, or when the budget recommends it; the reason is recorded on the answer.
+        """
+        t0 = time.perf_counter()
+        try:
+            result = await self._apply_budget(turn, tools, instruction)
+        except ContextWindowTooSmallError as exc:
+            if not self._switch_to_fallback(turn, f"the {turn.window}-token window cannot hold the prompt: {exc}"):
+                raise
+            result = await self._apply_budget(turn, tools, instruction)
+        if result.report.fallback_recommended and self._switch_to_fallback(
+            turn, result.report.fallback_reason or "the budget recommended a larger window"
+        ):
+            turn.reports.append(result.report)
+            result = await self._apply_budget(turn, tools, instruction)
+        turn.messages = list(result.messages if result.messages is not None else turn.messages)
+        turn.reports.append(result.report)
+        turn.timings["hook"] += time.perf_counter() - t0
+        ctx.write_event_to_stream(BudgetReportEvent(report=result.report.model_dump(mode="json")))
+        return turn.messages
+
+    async def _apply_budget(self, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None) -> BudgetResult:
+        """The hook, then an exact count of what will really be sent (transport, trailing instruction).
+
+        The hook counts the canonical messages with the instruction as part of the system prompt; the wire
+        form can cost a few tokens more. If it would pass the hard limit, the hook runs again on a window
+        smaller by exactly that difference, so the sent prompt never exceeds the window.
+        """
+        system = self.system_prompt if instruction is None else f"{self.system_prompt}\n\n{instruction}"
+        kwargs = {"system_prompt": system, "tools": tools, "question": turn.question, "max_output_tokens": turn.max_out}
+        result = await self.budget.aapply(turn.messages, context_window=turn.window, **kwargs)
+        messages = result.messages if result.messages is not None else turn.messages
+        sent = self.accountant.count_prompt(self._wire(messages, instruction), tools=tools)
+        extra = sent - result.report.tokens_after
+        if extra > 0 and sent > result.report.hard_limit_tokens:
+            again = await self.budget.aapply(messages, context_window=turn.window - extra, **kwargs)
+            return again if again.messages is not None else BudgetResult(messages=list(messages), report=again.report)
+        return result
+
+    def _switch_to_fallback(self, turn: _Turn, reason: str) -> bool:
+        if self.fallback_llm is None or turn.fallback_reason is not None:
+            return False
+        logger.warning("switching to the fallback model: %s", reason)
+        turn.fallback_reason = reason
+        turn.llm = self.fallback_llm
+        turn.window = self.fallback_context_window or turn.window
+        turn.max_out = self.fallback_max_output_tokens
+        return True
+
+    def _wire(self, messages: Sequence[ChatMessage], instruction: str | None) -> list[ChatMessage]:
+        """What is sent: the fixed system prompt, the messages, then the step's instruction.
+
+        The system prompt is the same on every call and the instruction comes last, so a local server's
+        prompt cache reuses everything before it from one call to the next.
+        """
+        body = to_inline(messages) if self.inline_tool_results else list(messages)
+        wire = [ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt), *body]
+        if instruction:
+            wire.append(ChatMessage(role=MessageRole.USER, content=instruction))
+        return wire
+
+    async def _chat(
+        self,
+        turn: _Turn,
+        messages: Sequence[ChatMessage],
+        instruction: str | None,
+        *,
+        tools: Sequence[Any],
+        tool_choice: Any,
+    ) -> Any:
+        llm = turn.llm
+        wire = self._wire(messages, instruction)
+        turn.prompt_tokens.append(self.accountant.count_prompt(wire, tools=tools))
+
+        async def call() -> Any:
+            return await llm.achat_with_tools(list(tools), chat_history=wire, tool_choice=tool_choice)
+
+        t0 = time.perf_counter()
+        try:
+            response = await self._with_retries(llm, call)
+        finally:
+            turn.timings["llm"] += time.perf_counter() - t0
+        turn.completion_tokens += _completion_tokens(response)
+        return response
+
+    async def _stream_answer(self, ctx: Context, turn: _Turn, messages: Sequence[ChatMessage], instruction: str) -> str:
+        llm = turn.llm
+        wire = self._wire(messages, instruction)
+        turn.prompt_tokens.append(self.accountant.count_prompt(wire))
+
+        async def call() -> str:
+            parts: list[str] = []
+            gen = await llm.astream_chat(wire)
+            async for chunk in gen:
+                if chunk.delta:
+                    parts.append(chunk.delta)
+                    ctx.write_event_to_stream(AnswerDeltaEvent(delta=chunk.delta))
+            return "".join(parts)
+
+        t0 = time.perf_counter()
+        try:
+            text = await self._with_retries(llm, call)
+        finally:
+            turn.timings["llm"] += time.perf_counter() - t0
+        turn.completion_tokens += self.accountant.count_text(text)
+        return text
+
+    async def _with_retries(self, llm: Any, call: Callable[[], Awaitable[T]]) -> T:
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                return await call()
+            except Exception as exc:
+                kind = _error_kind(exc)
+                if kind == "fatal":
+                    raise LLMRequestError(
+                        f"the model endpoint {_endpoint(llm)} refused the request ({type(exc).__name__}: {exc}). "
+                        "Check the model name, the API key and the endpoint settings."
+                    ) from exc
+                if kind == "bug":
+                    raise
+                last = exc
+                if attempt < self.retries:
+                    delay = self.backoff_s * 2**attempt
+                    logger.warning("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt + 1, delay)
+                    await asyncio.sleep(delay)
+        raise LLMUnavailableError(
+            f"the model endpoint {_endpoint(llm)} failed {self.retries + 1} times "
+            f"(last: {type(last).__name__}: {last}). Is it running and reachable? For the local model, see the "
+            "server log in the model cache folder."
+        ) from last
+
+    def _finish(self, turn: _Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool) -> Answer:
+        citations: list[Citation]
+        if not_found:
+            text, citations, method = NOT_FOUND_TEXT, [], "none"
+        else:
+            text, citations, method = resolve_citations(text, sources)
+        if turn.session_id is not None:
+            final = (
+                turn.messages
+                if turn.messages and turn.messages[-1].role == MessageRole.ASSISTANT
+                else [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
+            )
+            self.memory.set(turn.session_id, final)
+        turn.timings["total"] = time.perf_counter() - turn.started
+        return Answer(
+            question=turn.question,
+            text=text,
+            citations=citations,
+            articles=sources,
+            not_found=not_found,
+            citation_method=method,
+            queries=list(turn.queries),
+            tool_errors=list(turn.tool_errors),
+            budget_reports=list(turn.reports),
+            model=_model_name(turn.llm),
+            fallback_reason=turn.fallback_reason,
+            session_id=turn.session_id,
+            timings={k: round(v, 4) for k, v in turn.timings.items()},
+            tokens={
+                "prompt_per_call": list(turn.prompt_tokens),
+                "prompt_total": sum(turn.prompt_tokens),
+                "prompt_max": max(turn.prompt_tokens, default=0),
+                "completion": turn.completion_tokens,
+            },
+        )
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+def to_inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """Tool calls and results as plain assistant / user text, for chat templates without tool messages."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        if has_tool_calls(m):
+            calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
+            described = "; ".join(f"{c.tool_name}({json.dumps(c.tool_kwargs, ensure_ascii=False)})" for c in calls)
+            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
+        elif m.role == MessageRole.TOOL:
+            name = m.additional_kwargs.get("name", "tool")
+            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{message_text(m)}"))
+        else:
+            out.append(m)
+    return out
+
+
+def _articles_shown(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The full (not reference) articles of every tool result in ``messages``, deduplicated, best first."""
+    calls = []
+    for m in messages:
+        payload = parse_tool_payload(m)
+        if payload:
+            calls.append([a for a in payload["articles"] if not a.get(REFERENCE_KEY) and a.get("content")])
+    return [copy.deepcopy(a) for a in dedupe_articles(calls)]
+
+
+def _source_lines(sources: Sequence[dict[str, Any]]) -> str:
+    return "\n".join(f"[{i}] {a.get('title') or a.get('kb_id')}" for i, a in enumerate(sources, start=1))
+
+
+def _norm(query: str) -> str:
+    return " ".join(re.findall(r"\w+", query.lower()))
+
+
+def _json_or_none(text: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _completion_tokens(response: Any) -> int:
+    raw = getattr(response, "raw", None)
+    usage = getattr(raw, "usage", None) or (raw.get("usage") if isinstance(raw, dict) else None)
+    if usage is None:
+        return 0
+    value = getattr(usage, "completion_tokens", None)
+    if value is None and isinstance(usage, dict):
+        value = usage.get("completion_tokens")
+    return int(value or 0)
+
+
+def _model_name(llm: Any) -> str:
+    return str(getattr(llm, "model", None) or llm.metadata.model_name)
+
+
+def _endpoint(llm: Any) -> str:
+    base = getattr(llm, "api_base", None)
+    return f"{_model_name(llm)!r} at {base}" if base else repr(_model_name(llm))
+
+
+def _error_kind(exc: Exception) -> Literal["retry", "fatal", "bug"]:
+    """``retry`` for endpoint trouble (down, timeout, 429, 5xx), ``fatal`` for refusals, ``bug`` otherwise."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - openai comes with llama-index-llms-openai
+        openai = None  # type: ignore[assignment]
+    if openai is not None:
+        if isinstance(
+            exc, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
+        ):
+            return "retry"
+        if isinstance(exc, openai.APIStatusError):
+            return "retry" if exc.status_code >= 500 or exc.status_code == 429 else "fatal"
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+        return "retry"
+    return "bug"

@@ -1,0 +1,262 @@
+"""The agent's protocol with a scripted LLM: several calls, dedup, compression, errors, fallback, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
+from ragidx.agent.workflow import AnswerDeltaEvent, LLMRequestError, LLMUnavailableError, to_inline
+from ragidx.budget import ContextBudget
+from tests.agent.helpers import make_agent, make_tool
+from tests.fakes.scripted_llm import RecordedCall, ScriptedLLM, ToolCall, text_of
+
+
+def ask(agent: Any, question: str, session_id: str | None = None) -> Answer:
+    async def run() -> Answer:
+        return await agent.run(question=question, session_id=session_id)
+
+    return asyncio.run(run())
+
+
+def tool_messages(call: RecordedCall) -> list[dict[str, Any]]:
+    out = []
+    for m in call.messages:
+        if m.role == MessageRole.TOOL:
+            out.append(json.loads(text_of(m)))
+    return out
+
+
+def test_auto_mode_calls_the_tool_several_times_and_cites_what_it_read() -> None:
+    calls: list[str] = []
+    agent, llm = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "insert table writer"}),
+            ToolCall("retrieve_context", {"query": "create chart calc"}),
+            "done searching",
+            "Choose Table > Insert Table [1]. For a chart choose Insert > Chart [2]. See also [9].",
+        ],
+        tool=make_tool(calls=calls),
+    )
+    answer = ask(agent, "How do I insert a table in Writer and a chart in Calc?")
+    assert calls == ["insert table writer", "create chart calc"]
+    assert answer.queries == calls
+    assert [c.kb_id for c in answer.citations] == ["tables", "charts"]
+    assert "[9]" not in answer.text  # an invented source number is dropped, never cited
+    assert answer.citation_method == "markers" and not answer.not_found
+    assert len(llm.calls) == 4 and len(answer.budget_reports) == 4  # the hook ran before every LLM call
+    assert llm.calls[0].kwargs["tool_choice"] == "auto"
+    instruction = text_of(llm.calls[-1].messages[-1])
+    assert "[1] Tables" in instruction and "[2] Charts" in instruction and "NOT_FOUND" in instruction
+    # the same system prompt opens every call (prefix caching on local servers)
+    assert len({text_of(c.messages[0]) for c in llm.calls}) == 1
+
+
+def test_duplicates_across_calls_are_sent_once_with_the_best_score() -> None:
+    agent, llm = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "insert table"}),
+            ToolCall("retrieve_context", {"query": "insert table writer ctrl+f12"}),
+            "enough",
+            "Use Table > Insert Table [1].",
+        ]
+    )
+    answer = ask(agent, "How do I insert a table?")
+    results = tool_messages(llm.calls[-1])
+    full = [a["kb_id"] for r in results for a in r["articles"] if not a.get("see_above")]
+    refs = [a["kb_id"] for r in results for a in r["articles"] if a.get("see_above")]
+    assert full.count("tables") == 1 and "tables" in refs  # shown once, referenced after
+    assert [a["kb_id"] for a in answer.articles][0] == "tables"
+    assert answer.articles[0]["metadata"]["normalized_rank"] == 0.0
+
+
+def test_forced_mode_seeds_with_the_question_and_plans_with_a_forced_tool() -> None:
+    calls: list[str] = []
+    agent, llm = make_agent(
+        [
+            ToolCall("next_step", {"action": "search", "query": "print document"}),
+            ToolCall("next_step", {"action": "search", "query": "Print document"}),  # repeat: stops searching
+            "To print choose File > Print [2].",
+        ],
+        tool=make_tool(calls=calls),
+        tool_mode="forced",
+        inline_tool_results=True,
+    )
+    answer = ask(agent, "How do I insert a table and print it?")
+    assert calls == ["How do I insert a table and print it?", "print document"]
+    forced = {"type": "function", "function": {"name": "next_step"}}
+    assert [c.kwargs.get("tool_choice") for c in llm.calls[:2]] == [forced, forced]
+    assert [t.metadata.name for t in llm.calls[0].tools] == ["next_step"]
+    # inline transport: no tool-role messages reach the model, the results are in user text
+    assert all(m.role != MessageRole.TOOL for c in llm.calls for m in c.messages)
+    assert any("Result of retrieve_context" in text_of(m) for m in llm.calls[-1].messages)
+    assert [c.kb_id for c in answer.citations] == [answer.articles[1]["kb_id"]]  # [2] is the second source
+
+
+def test_tool_rounds_are_capped() -> None:
+    agent, llm = make_agent(
+        [ToolCall("retrieve_context", {"query": f"table {i}"}) for i in range(2)] + ["Tables: [1]."],
+        max_tool_rounds=2,
+    )
+    answer = ask(agent, "insert table")
+    assert len(answer.queries) == 2 and len(llm.calls) == 3  # two tool rounds, then straight to the answer
+
+
+def test_a_failing_tool_becomes_a_tool_message_not_a_crash() -> None:
+    agent, llm = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "boom"}),
+            ToolCall("retrieve_context", {"query": "insert table"}),
+            "ok",
+            "Table > Insert Table [1].",
+        ],
+        tool=make_tool(fail_on="boom"),
+    )
+    answer = ask(agent, "How do I insert a table?")
+    assert any("vector store is down" in e for e in answer.tool_errors)
+    errors = [r for r in tool_messages(llm.calls[1]) if "error" in r]
+    assert errors and errors[0]["articles"] == [] and "vector store is down" in errors[0]["error"]
+    assert answer.citations[0].kb_id == "tables"
+
+
+def test_nothing_found_gives_an_honest_answer_without_citations_or_an_llm_answer_call() -> None:
+    agent, llm = make_agent([ToolCall("retrieve_context", {"query": "quantum entanglement"}), "no more"])
+    answer = ask(agent, "Explain quantum entanglement")
+    assert answer.not_found and answer.text == NOT_FOUND_TEXT and answer.citations == []
+    assert len(llm.calls) == 2  # no answer call: there was nothing to answer from
+
+
+def test_model_saying_not_found_is_honoured() -> None:
+    agent, _ = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop", "NOT_FOUND"])
+    answer = ask(agent, "What is the price of LibreOffice support in Peru?")
+    assert answer.not_found and answer.citations == []
+
+
+def test_answer_without_markers_is_attributed_by_overlap_or_not_at_all() -> None:
+    agent, _ = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "insert table"}),
+            "stop",
+            "Choose Table > Insert Table or press Ctrl+F12.",
+        ]
+    )
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.citation_method == "overlap" and [c.kb_id for c in answer.citations] == ["tables"]
+
+
+def test_compression_runs_when_the_window_is_small() -> None:
+    agent, llm = make_agent(
+        [ToolCall("retrieve_context", {"query": "insert table chart print"}), "stop", "Answer [1]."],
+        tool=make_tool(),
+        context_window=1200,
+        max_output_tokens=128,
+        budget=ContextBudget(min_article_tokens=40),
+    )
+    answer = ask(agent, "table chart print")
+    final = answer.budget_reports[-1]
+    assert final.tokens_after <= final.hard_limit_tokens
+    assert any(step in final.path for step in ("compressed", "truncated", "under_trigger"))
+    assert max(answer.tokens["prompt_per_call"]) <= 1200 - 128
+
+
+def test_endpoint_down_is_retried_then_a_clear_error() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    down = openai.APIConnectionError(request=request)
+    agent, llm = make_agent([down, down, down], retries=2)
+    with pytest.raises(LLMUnavailableError, match="failed 3 times"):
+        ask(agent, "How do I insert a table?")
+    assert len(llm.calls) == 3
+
+
+def test_bad_key_is_not_retried() -> None:
+    response = httpx.Response(401, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    refused = openai.AuthenticationError("invalid api key", response=response, body=None)
+    agent, llm = make_agent([refused])
+    with pytest.raises(LLMRequestError, match="Check the model name, the API key"):
+        ask(agent, "How do I insert a table?")
+    assert len(llm.calls) == 1
+
+
+def test_rate_limit_then_success() -> None:
+    response = httpx.Response(429, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    limited = openai.RateLimitError("slow down", response=response, body=None)
+    agent, llm = make_agent([limited, ToolCall("retrieve_context", {"query": "table"}), "stop", "Tables [1]."])
+    answer = ask(agent, "insert table")
+    assert answer.citations and len(llm.calls) == 4
+
+
+def test_fallback_model_takes_over_when_the_primary_window_is_too_small() -> None:
+    fallback = ScriptedLLM(
+        [ToolCall("retrieve_context", {"query": "table"}), "stop", "Use Table > Insert Table [1]."],
+        model_name="big-model",
+    )
+    agent, llm = make_agent(
+        [],
+        context_window=700,
+        max_output_tokens=600,
+        fallback_llm=fallback,
+        fallback_context_window=32000,
+        budget=ContextBudget(fallback_context_window=32000),
+    )
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.model == "big-model" and "700-token window cannot hold" in (answer.fallback_reason or "")
+    assert len(llm.calls) == 0 and len(fallback.calls) == 3
+    assert answer.citations[0].kb_id == "tables"
+    assert all(r.context_window == 32000 for r in answer.budget_reports)
+
+
+def test_without_fallback_a_too_small_window_is_a_clear_error() -> None:
+    from ragidx.budget.report import ContextWindowTooSmallError
+
+    agent, _ = make_agent([], context_window=700, max_output_tokens=600)
+    with pytest.raises(ContextWindowTooSmallError, match="cannot hold the fixed prompt"):
+        ask(agent, "How do I insert a table?")
+
+
+def test_session_memory_carries_the_conversation() -> None:
+    agent, llm = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "table"}),
+            "stop",
+            "Use Table > Insert Table [1].",
+            ToolCall("retrieve_context", {"query": "print it"}),
+            "stop",
+            "File > Print [1].",
+        ]
+    )
+    ask(agent, "How do I insert a table?", session_id="s1")
+    ask(agent, "And how do I print it?", session_id="s1")
+    second_turn = llm.calls[3].messages
+    texts = [text_of(m) for m in second_turn]
+    assert "How do I insert a table?" in texts and "Use Table > Insert Table [1]." in texts
+    ask(agent, "How do I insert a table?") if False else None  # noqa: B018 - documents: no session, no memory
+    assert agent.memory.get(None) == []
+
+
+def test_answer_is_streamed() -> None:
+    agent, _ = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop", "Streamed answer [1]."])
+
+    async def run() -> tuple[list[str], Answer]:
+        handler = agent.run(question="insert table")
+        deltas = [ev.delta async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+        return deltas, await handler
+
+    deltas, answer = asyncio.run(run())
+    assert "".join(deltas) == "Streamed answer [1]."
+    assert answer.text == "Streamed answer [1]."
+
+
+def test_inline_transport_keeps_order_and_content() -> None:
+    msgs = [
+        ChatMessage(role=MessageRole.USER, content="q"),
+        ChatMessage(role=MessageRole.TOOL, content='{"articles": []}', additional_kwargs={"name": "retrieve_context"}),
+    ]
+    out = to_inline(msgs)
+    assert [m.role for m in out] == [MessageRole.USER, MessageRole.USER]
+    assert text_of(out[1]) == 'Result of retrieve_context:\n{"articles": []}'
