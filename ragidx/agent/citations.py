@@ -20,7 +20,8 @@ _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 _WORD = re.compile(r"\w{4,}", re.UNICODE)
 _STOP = frozenset(
     "this that with from have will your which their there about would into what when where these those "
-    "then than them they been were also only some such more most other very just like does each".split()
+    "then than them they been were also only some such more most other very just like does each "
+    "should could explain tell describe".split()
 )
 
 
@@ -77,3 +78,15 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
         title=str(source.get("title", "")),
         url=str(source.get("url", "")),
     )
+
+
+def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
+    """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
+
+    A question none of whose words occur in the retrieved articles cannot be answered from them;
+    the agent then says so instead of letting a small model improvise.
+    """
+    words = _words(question)
+    if not words:
+        return True
+    return any(words & _words(f"{s.get('title', '')} {s.get('content', '')}") for s in sources)

@@ -47,7 +47,7 @@ from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Wor
 from pydantic import BaseModel, Field
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
-from ragidx.agent.citations import resolve_citations
+from ragidx.agent.citations import resolve_citations, shares_terms
 from ragidx.budget import ContextBudget
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.dedup import dedupe_articles
@@ -143,6 +143,8 @@ class _Turn:
     tool_errors: list[str] = field(default_factory=list)
     reports: list[BudgetReport] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
+    raw_messages: list[ChatMessage] = field(default_factory=list)  # as retrieved: no dedup, no compression
+    raw_prompt_tokens: list[int] = field(default_factory=list)
     completion_tokens: int = 0
     timings: dict[str, float] = field(default_factory=lambda: {"retrieval": 0.0, "hook": 0.0, "llm": 0.0})
     started: float = field(default_factory=time.perf_counter)
@@ -192,6 +194,8 @@ class RagAgent(Workflow):
             for the answer when the budget says the material cannot fit usefully.
         memory: per-session conversation store.
         retries / backoff_s: retries of a failing endpoint (exponential backoff), then a clear error.
+        relevance_gate: answer "not found" without asking the model when no retrieved article shares a
+            single content word with the question.
 
     Example:
         >>> RagAgent(llm, tool, ContextBudget(), context_window=8192).tool_mode   # doctest: +SKIP
@@ -216,7 +220,8 @@ class RagAgent(Workflow):
         system_prompt: str = SYSTEM_PROMPT,
         retries: int = 2,
         backoff_s: float = 1.0,
-        timeout: float | None = 900.0,
+        relevance_gate: bool = True,
+        timeout: float | None = 1800.0,
     ) -> None:
         super().__init__(timeout=timeout)
         if max_tool_rounds < 1:
@@ -236,6 +241,7 @@ class RagAgent(Workflow):
         self.system_prompt = system_prompt
         self.retries = retries
         self.backoff_s = backoff_s
+        self.relevance_gate = relevance_gate
         self.accountant: PromptAccountant = budget.accountant
 
     # --- steps ---------------------------------------------------------------------------------------
@@ -248,6 +254,7 @@ class RagAgent(Workflow):
         history = self.memory.get(session_id)
         turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
+        turn.raw_messages = list(turn.messages)
         if self.tool_mode == "forced":
             # The first search is the question itself: grounding never depends on a weak model's query.
             return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
@@ -283,9 +290,13 @@ class RagAgent(Workflow):
         blocks: list[Any] = [
             ToolCallBlock(tool_call_id=c.tool_id, tool_name=c.tool_name, tool_kwargs=c.tool_kwargs) for c in ev.calls
         ]
-        turn.messages.append(ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks))
+        calling = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+        turn.messages.append(calling)
+        turn.raw_messages.append(calling)
         for call in ev.calls:
-            turn.messages.append(await self._run_tool(turn, call))
+            result = await self._run_tool(turn, call)
+            turn.messages.append(result)
+            turn.raw_messages.append(result)
         return DecideEvent(turn=turn)
 
     @step
@@ -297,8 +308,9 @@ class RagAgent(Workflow):
         instruction = ANSWER_PROMPT.format(sources=_source_lines(_articles_shown(turn.messages)))
         messages = await self._budgeted(ctx, turn, None, instruction)
         sources = _articles_shown(messages)
-        if not sources:
-            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
+        if not sources or (self.relevance_gate and not shares_terms(turn.question, sources)):
+            # The articles that were searched stay visible on the answer; none is cited.
+            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         text = await self._stream_answer(ctx, turn, messages, ANSWER_PROMPT.format(sources=_source_lines(sources)))
         turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text)))
@@ -420,6 +432,9 @@ class RagAgent(Workflow):
         llm = turn.llm
         wire = self._wire(messages, instruction)
         turn.prompt_tokens.append(self.accountant.count_prompt(wire, tools=tools))
+        turn.raw_prompt_tokens.append(
+            self.accountant.count_prompt(self._wire(turn.raw_messages, instruction), tools=tools)
+        )
 
         async def call() -> Any:
             return await llm.achat_with_tools(list(tools), chat_history=wire, tool_choice=tool_choice)
@@ -436,6 +451,7 @@ class RagAgent(Workflow):
         llm = turn.llm
         wire = self._wire(messages, instruction)
         turn.prompt_tokens.append(self.accountant.count_prompt(wire))
+        turn.raw_prompt_tokens.append(self.accountant.count_prompt(self._wire(turn.raw_messages, instruction)))
 
         async def call() -> str:
             parts: list[str] = []
@@ -511,6 +527,9 @@ class RagAgent(Workflow):
                 "prompt_per_call": list(turn.prompt_tokens),
                 "prompt_total": sum(turn.prompt_tokens),
                 "prompt_max": max(turn.prompt_tokens, default=0),
+                # what the same calls would have sent without dedup and compression
+                "prompt_raw_per_call": list(turn.raw_prompt_tokens),
+                "prompt_raw_total": sum(turn.raw_prompt_tokens),
                 "completion": turn.completion_tokens,
             },
         )

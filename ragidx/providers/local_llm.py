@@ -22,6 +22,7 @@ import atexit
 import importlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -135,6 +136,16 @@ def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
     return target
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM the server if ragidx's process dies (even by SIGKILL)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -214,7 +225,12 @@ class LocalLLMServer:
             logger.info("starting local model %s on port %d (n_ctx=%d)", self.model, self.port, self.n_ctx)
             with log_path.open("wb") as log:
                 self._proc = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                 )
             atexit.register(self.stop)
             self._wait_ready()

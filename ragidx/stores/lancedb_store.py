@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,6 +87,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     # --- table lifecycle -----------------------------------------------------------------------
     def _connect(self) -> Any:
         if self._db is None:
+            # lance logs a deprecation warning per query from Rust; keep user-set levels, else errors only.
+            os.environ.setdefault("LANCE_LOG", "error")
             import lancedb
 
             Path(self.uri).mkdir(parents=True, exist_ok=True)

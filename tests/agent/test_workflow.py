@@ -73,6 +73,8 @@ def test_duplicates_across_calls_are_sent_once_with_the_best_score() -> None:
     refs = [a["kb_id"] for r in results for a in r["articles"] if a.get("see_above")]
     assert full.count("tables") == 1 and "tables" in refs  # shown once, referenced after
     assert [a["kb_id"] for a in answer.articles][0] == "tables"
+    # the duplicate cost tokens only in the counterfactual prompt without dedup
+    assert answer.tokens["prompt_raw_per_call"][-1] > answer.tokens["prompt_per_call"][-1]
     assert answer.articles[0]["metadata"]["normalized_rank"] == 0.0
 
 
@@ -130,6 +132,14 @@ def test_nothing_found_gives_an_honest_answer_without_citations_or_an_llm_answer
     answer = ask(agent, "Explain quantum entanglement")
     assert answer.not_found and answer.text == NOT_FOUND_TEXT and answer.citations == []
     assert len(llm.calls) == 2  # no answer call: there was nothing to answer from
+
+
+def test_off_topic_question_is_not_found_without_asking_the_model() -> None:
+    # the fake search returns articles for any query sharing a word; "table" makes it return some
+    agent, llm = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop"])
+    answer = ask(agent, "Boiling point of tungsten?")
+    assert answer.not_found and answer.citations == [] and answer.articles
+    assert len(llm.calls) == 2  # no answer call
 
 
 def test_model_saying_not_found_is_honoured() -> None:

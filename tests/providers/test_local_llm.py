@@ -67,3 +67,38 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         server = next(iter(provider._servers.values()))
         assert server.running
     assert not server.running  # stopped when the provider closed
+
+
+@pytest.mark.slow
+def test_server_dies_with_its_parent_process(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "from ragidx.providers.local_llm import LocalLLMServer\n"
+        "s = LocalLLMServer('qwen2.5-0.5b', n_ctx=512, n_threads=1)\n"
+        "s.start()\n"
+        "print(s._proc.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)  # no atexit, no cleanup: the kernel must stop the server
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            return
+        try:  # reap it if it became our zombie
+            os.waitpid(server_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    os.kill(server_pid, signal.SIGKILL)
+    pytest.fail("the model server outlived its parent")
