@@ -58,7 +58,8 @@ def main() -> int:
             temperature=0.0,
         ),
     )  # fmt: skip
-    questions = [json.loads(line) for line in open(args.questions, encoding="utf-8") if line.strip()]
+    with open(args.questions, encoding="utf-8") as fh:
+        questions = [json.loads(line) for line in fh if line.strip()]
     questions = questions[: args.limit] if args.limit else questions
     rows = []
     with Engine(settings) as engine:

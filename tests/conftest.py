@@ -60,3 +60,27 @@ def _block_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", guarded_connect_ex)
     monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+
+
+# --- a small real knowledge base, shared by CLI / engine tests ----------------------------------------
+SAMPLE_KB = os.path.join(os.path.dirname(__file__), "..", "ragidx", "data", "kb", "libreoffice_en_sample.jsonl")
+WRITER_TOPICS = (
+    "swriter/guide/indices",
+    "swriter/guide/table_",
+    "swriter/guide/print",
+    "swriter/guide/pagenumbers",
+    "swriter/guide/header",
+)
+
+
+@pytest.fixture(scope="session")
+def writer_kb_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """26 real LibreOffice Writer help articles (tables of contents, tables, printing, headers) as JSONL."""
+    import json
+
+    path = tmp_path_factory.mktemp("kb") / "writer.jsonl"
+    with open(SAMPLE_KB, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as out:
+        for line in src:
+            if any(t in json.loads(line)["id"] for t in WRITER_TOPICS):
+                out.write(line)
+    return str(path)

@@ -138,12 +138,11 @@ def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
 
 def _die_with_parent() -> None:
     """In the child, before exec: ask Linux to SIGTERM the server if ragidx's process dies (even by SIGKILL)."""
+    import contextlib
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def free_port() -> int:

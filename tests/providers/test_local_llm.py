@@ -71,6 +71,7 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
 
 @pytest.mark.slow
 def test_server_dies_with_its_parent_process(tmp_path: Path) -> None:
+    import contextlib
     import os
     import signal
     import subprocess
@@ -95,10 +96,8 @@ def test_server_dies_with_its_parent_process(tmp_path: Path) -> None:
             os.kill(server_pid, 0)
         except ProcessLookupError:
             return
-        try:  # reap it if it became our zombie
+        with contextlib.suppress(ChildProcessError):  # reap it if it became our zombie
             os.waitpid(server_pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         time.sleep(0.2)
     os.kill(server_pid, signal.SIGKILL)
     pytest.fail("the model server outlived its parent")
