@@ -1,0 +1,753 @@
+"""FlashReranker: an agentic LLM reranker over whole-article candidates.
+
+Turn 1 shows the model up to ``max_candidates`` one-line summaries (``[ID:n] date | size | title``)
+with the date, the query and optional conversation/user facts. The model may call
+``get_topics_content(ids)`` (a batch, up to ``max_tool_calls`` times) to read full articles, then
+answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. The tool is offered, not forced: a valid
+answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured.
+
+Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; otherwise, if the
+model called the tool, the first ``max_topics`` ids it asked to read are returned; otherwise the
+upstream order's top ``max_topics``. ``timeout_s`` is one budget for all turns together.
+
+Two tool protocols (``tool_mode``): ``auto`` offers the tool on every call (OpenAI, OpenRouter, vLLM);
+``forced`` forces the named tool on the first call and then asks for the answer without tools, for
+endpoints that only follow a forced named call (the local Qwen through llama-cpp-python's server,
+where ``tool_choice="auto"`` returns empty replies). ``inline_tool_results`` sends the tool traffic as
+plain text for chat templates that drop ``tool`` messages (llama-cpp-python's
+``chatml-function-calling``). ``response_format`` constrains the final answer: ``json_schema`` is the
+OpenAI structured-output form, ``json_object`` the ``{"type": "json_object", "schema": ...}`` form
+that llama-cpp-python's server understands (it rejects ``json_schema``).
+
+The final selection is read only from the assistant's own final message; tool calls only from the
+response's tool-call blocks. Article text goes to the model fenced as data and can change neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llama_index.core.async_utils import asyncio_run
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.tools import FunctionTool
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from ragidx.article import RERANK_SCORE
+from ragidx.providers.tokenizer import TokenCounter
+from ragidx.retrieval.flash.excerpts import snap_excerpt
+from ragidx.retrieval.flash.metrics import FlashMetrics
+from ragidx.retrieval.flash.parsing import JsonRepair, coerce_id, parse_answer
+from ragidx.retrieval.flash.prompts import (
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    FlashCandidate,
+    answer_response_format,
+    content_block,
+    system_prompt,
+    tool_limit_note,
+    turn1_user_prompt,
+)
+from ragidx.retrieval.flash.trace import (
+    FlashDecision,
+    FlashTrace,
+    SelectionSource,
+    TraceCandidate,
+    TraceMessage,
+    TraceResponse,
+    TraceToolCall,
+    TraceTurn,
+)
+
+__all__ = ["FLASH_METADATA_KEYS", "FlashReranker", "FlashResult", "FlashSelection"]
+
+logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+
+FLASH_REASON = "flash_reason"
+FLASH_EXCERPT = "flash_excerpt"
+FLASH_RANK = "flash_rank"
+FLASH_DECISION = "flash_decision"
+FLASH_METADATA_KEYS = (FLASH_REASON, FLASH_EXCERPT, FLASH_RANK, FLASH_DECISION, RERANK_SCORE)
+
+
+class _TopicIds(BaseModel):
+    ids: list[int] = Field(description="[ID:n] numbers of the candidates to load, all in one call")
+
+
+def _tool_stub(ids: list[int]) -> str:  # never executed: the reranker answers tool calls itself
+    return ""
+
+
+@dataclass(frozen=True)
+class FlashSelection:
+    """One returned candidate: its ``[ID:n]``, kb_id, the model's reason and excerpt (if any)."""
+
+    display_id: int
+    kb_id: str
+    reason: str = ""
+    excerpt: str | None = None
+
+
+@dataclass(frozen=True)
+class FlashResult:
+    """Everything a rerank decided, for callers, metrics and evaluation.
+
+    ``prompt_tokens_shown`` counts what the model was shown: the turn-1 prompt (system + user) plus
+    every tool result. ``input_tokens``/``output_tokens`` are billed tokens (from the endpoint's usage
+    when reported, else counted).
+    """
+
+    nodes: list[NodeWithScore]
+    selections: list[FlashSelection]
+    decision: FlashDecision
+    source: SelectionSource
+    tool_calls: int = 0
+    requested_ids: list[int] = field(default_factory=list)
+    invented_ids: list[int] = field(default_factory=list)
+    repairs: tuple[JsonRepair, ...] = ()
+    candidates_shown: int = 0
+    prompt_tokens_shown: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    duration_s: float = 0.0
+    excerpts_dropped: int = 0
+    error: str | None = None
+    trace: FlashTrace | None = None
+
+    @property
+    def selected_kb_ids(self) -> list[str]:
+        return [s.kb_id for s in self.selections]
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        return {s.kb_id: s.reason for s in self.selections}
+
+    @property
+    def invented_count(self) -> int:
+        return len(self.invented_ids)
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.decision not in (FlashDecision.ACCEPTED, FlashDecision.NO_CANDIDATES)
+
+
+class _Run:
+    """Mutable state of one rerank."""
+
+    def __init__(self, candidates: list[FlashCandidate], trace: FlashTrace, deadline: float) -> None:
+        self.candidates = candidates
+        self.by_id = {c.display_id: c for c in candidates}
+        self.trace = trace
+        self.deadline = deadline
+        self.messages: list[ChatMessage] = []
+        self.recorded = 0
+        self.requested: list[int] = []
+        self.invented: list[int] = []
+        self.tool_calls = 0
+        self.repairs: list[JsonRepair] = []
+        self.shown_tokens = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.excerpts_dropped = 0
+        self.error: str | None = None
+
+    def invent(self, cid: int) -> None:
+        if cid not in self.invented:
+            self.invented.append(cid)
+
+
+class FlashReranker(BaseNodePostprocessor):
+    """Agentic LLM reranker: the model reads summaries, loads what it needs, picks up to ``max_topics``.
+
+    Use it after (or instead of) a chunk reranker, on nodes that hold whole articles (``TextNode`` with
+    the full text; ``metadata["kb_id"]`` or ``node.id_`` is the kb_id; ``title``/``url``/``date``
+    optional). Returns new nodes in the model's order with ``flash_reason``/``flash_excerpt`` metadata
+    and a position score; ``last_result`` (or ``rerank_detailed``) gives the full ``FlashResult``.
+
+    Metrics go to ``registry`` (default: a private one) or to a shared ``metrics`` (``FlashMetrics``);
+    ``clock``/``today`` are injectable for tests and replays.
+
+    Example:
+        >>> from llama_index.llms.openai_like import OpenAILike
+        >>> llm = OpenAILike(model="qwen3", api_base="http://localhost:8080/v1", api_key="x",
+        ...                  is_chat_model=True, is_function_calling_model=True)
+        >>> flash = FlashReranker(llm, max_topics=5, timeout_s=10.0)
+        >>> engine = index.as_query_engine(node_postprocessors=[grouper, flash])  # doctest: +SKIP
+        >>> result = flash.rerank_detailed("how do I rotate keys?", nodes)  # doctest: +SKIP
+        >>> result.decision, result.selected_kb_ids, result.reasons  # doctest: +SKIP
+
+        For the local Qwen through llama-cpp-python's server (forced named calls only, no tool messages
+        in its chat template, ``json_object`` schemas only):
+
+        >>> local = FlashReranker(llm, tool_mode="forced", inline_tool_results=True,
+        ...                       response_format="json_object")  # doctest: +SKIP
+    """
+
+    max_candidates: int = Field(default=50, gt=0, description="Candidates shown to the model (turn 1).")
+    max_topics: int = Field(default=5, gt=0, description="Most candidates returned.")
+    max_tool_calls: int = Field(default=3, ge=0, description="Most get_topics_content calls per rerank.")
+    timeout_s: float = Field(default=10.0, gt=0, description="Total time budget for all turns, in seconds.")
+    excerpt_threshold_chars: int = Field(
+        default=25_000, gt=0, description="Only candidates larger than this may carry an excerpt."
+    )
+    tool_mode: Literal["auto", "forced"] = Field(
+        default="auto",
+        description="auto: offer the tool on every call, the model decides; forced: force the named tool on "
+        "the first call, then ask for the answer without tools (endpoints that only follow forced calls).",
+    )
+    inline_tool_results: bool = Field(
+        default=False,
+        description="Send tool calls and results as plain assistant/user text (chat templates that drop "
+        "tool messages, e.g. llama-cpp-python's chatml-function-calling).",
+    )
+    response_format: Literal["none", "json_schema", "json_object"] = Field(
+        default="none",
+        description="Constrain the final answer: json_schema (OpenAI structured outputs), json_object "
+        "(llama-cpp-python's {type: json_object, schema}), or none. Sent only on calls that offer no tool "
+        "or come after a tool call, since some endpoints cannot combine it with tool calling.",
+    )
+    max_conversation_messages: int = Field(default=6, ge=0, description="Recent messages shown in turn 1.")
+    max_message_chars: int = Field(default=600, gt=0, description="Each shown message is cut to this.")
+    input_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M input tokens.")
+    output_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M output tokens.")
+    trace_dir: str | None = Field(default=None, description="If set, every rerank's trace is saved here.")
+
+    _llm: FunctionCallingLLM = PrivateAttr()
+    _metrics: FlashMetrics = PrivateAttr()
+    _tokens: TokenCounter = PrivateAttr()
+    _clock: Callable[[], float] = PrivateAttr()
+    _today: Callable[[], dt.date] = PrivateAttr()
+    _tool: FunctionTool = PrivateAttr()
+    _last_result: FlashResult | None = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        llm: FunctionCallingLLM,
+        *,
+        registry: CollectorRegistry | None = None,
+        metrics: FlashMetrics | None = None,
+        token_counter: TokenCounter | None = None,
+        clock: Callable[[], float] | None = None,
+        today: Callable[[], dt.date] | None = None,
+        **settings: Any,
+    ) -> None:
+        if not isinstance(llm, FunctionCallingLLM):
+            raise TypeError(
+                f"FlashReranker needs a FunctionCallingLLM (e.g. OpenAILike(..., is_function_calling_model="
+                f"True)), got {type(llm).__name__}; wrap plain LLMs in a chunk reranker instead"
+            )
+        unknown = sorted(set(settings) - set(type(self).model_fields))
+        if unknown:
+            valid = ", ".join(sorted(k for k in type(self).model_fields if k != "callback_manager"))
+            raise TypeError(f"unknown FlashReranker setting(s) {', '.join(unknown)}; the settings are: {valid}")
+        super().__init__(**settings)
+        self._llm = llm
+        if metrics is not None and registry is not None and metrics.registry is not registry:
+            raise ValueError("pass either registry= or metrics= (whose registry is used), not both")
+        self._metrics = metrics or FlashMetrics(registry)
+        self._tokens = token_counter or TokenCounter()
+        self._clock = clock or time.monotonic
+        self._today = today or dt.date.today
+        self._tool = FunctionTool.from_defaults(
+            fn=_tool_stub, name=TOOL_NAME, description=TOOL_DESCRIPTION, fn_schema=_TopicIds
+        )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "FlashReranker"
+
+    @property
+    def llm(self) -> FunctionCallingLLM:
+        return self._llm
+
+    @property
+    def metrics(self) -> FlashMetrics:
+        return self._metrics
+
+    @property
+    def last_result(self) -> FlashResult | None:
+        """The result of the latest rerank on this instance (use ``rerank_detailed`` when concurrent)."""
+        return self._last_result
+
+    # --- LlamaIndex postprocessor -------------------------------------------------------------------
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        return self.rerank_detailed(_require_query(query_bundle), nodes).nodes
+
+    async def _apostprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        return (await self.arerank_detailed(_require_query(query_bundle), nodes)).nodes
+
+    # --- public API ---------------------------------------------------------------------------------
+    def rerank_detailed(
+        self,
+        query: str | QueryBundle,
+        nodes: Sequence[NodeWithScore],
+        *,
+        conversation: Sequence[ChatMessage | str] = (),
+        user_facts: Sequence[str] = (),
+        today: dt.date | None = None,
+    ) -> FlashResult:
+        """Rerank ``nodes`` for ``query``; see ``arerank_detailed``."""
+        return asyncio_run(
+            self.arerank_detailed(query, nodes, conversation=conversation, user_facts=user_facts, today=today)
+        )
+
+    @dispatcher.span
+    async def arerank_detailed(
+        self,
+        query: str | QueryBundle,
+        nodes: Sequence[NodeWithScore],
+        *,
+        conversation: Sequence[ChatMessage | str] = (),
+        user_facts: Sequence[str] = (),
+        today: dt.date | None = None,
+    ) -> FlashResult:
+        """Rerank ``nodes`` (in upstream order) for a standalone ``query``; never raises on LLM failure.
+
+        Args:
+            query: the (contextualized) query.
+            nodes: whole-article candidates, best first; only the first ``max_candidates`` are shown.
+            conversation: recent messages (``ChatMessage`` or ``"role: text"``), most recent last.
+            user_facts: short facts about the user.
+            today: the date shown to the model (default: today).
+        """
+        bundle = query if isinstance(query, QueryBundle) else QueryBundle(query_str=query)
+        dispatcher.event(
+            ReRankStartEvent(query=bundle, nodes=list(nodes), top_n=self.max_topics, model_name=self._model_name())
+        )
+        result = await self._rerank(bundle.query_str, list(nodes), conversation, user_facts, today)
+        self._last_result = result
+        self._metrics.observe(result)
+        if self.trace_dir and result.trace is not None:
+            self._save_trace(result.trace)
+        logger.info(
+            "flash rerank: %s (%s), %d of %d candidates, %d tool calls, %.2fs",
+            result.decision.value,
+            result.source.value,
+            len(result.selections),
+            result.candidates_shown,
+            result.tool_calls,
+            result.duration_s,
+        )
+        dispatcher.event(ReRankEndEvent(nodes=result.nodes))
+        return result
+
+    # --- the loop -----------------------------------------------------------------------------------
+    async def _rerank(
+        self,
+        query: str,
+        nodes: list[NodeWithScore],
+        conversation: Sequence[ChatMessage | str],
+        user_facts: Sequence[str],
+        today: dt.date | None,
+    ) -> FlashResult:
+        started = self._clock()
+        day = today or self._today()
+        shown = nodes[: self.max_candidates]
+        candidates = [FlashCandidate.from_node(i + 1, n) for i, n in enumerate(shown)]
+        convo = self._conversation_lines(conversation)
+        trace = FlashTrace(
+            model_name=self._model_name(),
+            settings=self._trace_settings(),
+            query=query,
+            today=day.isoformat(),
+            conversation=convo,
+            user_facts=list(user_facts),
+            candidates=[
+                TraceCandidate(
+                    display_id=c.display_id,
+                    kb_id=c.kb_id,
+                    title=c.title,
+                    text=c.text,
+                    date=c.date,
+                    score=n.score,
+                )
+                for c, n in zip(candidates, shown, strict=True)
+            ],
+            decision=FlashDecision.NO_CANDIDATES,
+            source=SelectionSource.NONE,
+        )
+        run = _Run(candidates, trace, deadline=started + self.timeout_s)
+        if not candidates:
+            return self._finish(run, shown, FlashDecision.NO_CANDIDATES, started)
+
+        system = system_prompt(
+            max_topics=self.max_topics,
+            max_tool_calls=self.max_tool_calls,
+            excerpt_threshold=self.excerpt_threshold_chars,
+        )
+        user = turn1_user_prompt(
+            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts
+        )
+        run.messages = [
+            ChatMessage(role=MessageRole.SYSTEM, content=system),
+            ChatMessage(role=MessageRole.USER, content=user),
+        ]
+        run.shown_tokens = self._tokens.count(system) + self._tokens.count(user)
+
+        while True:
+            remaining = run.deadline - self._clock()
+            if remaining <= 0:
+                # Recorded as a timed-out call so that a replay reaches the same decision.
+                run.error = f"the {self.timeout_s}s budget ran out before LLM call {len(trace.turns) + 1}"
+                trace.turns.append(TraceTurn(response=TraceResponse(error_kind="timeout", error=run.error)))
+                return self._finish(run, shown, FlashDecision.TIMEOUT, started)
+            offer_tool = self.max_tool_calls > 0 and (self.tool_mode == "auto" or run.tool_calls == 0)
+            forced = offer_tool and self.tool_mode == "forced"
+            options: dict[str, Any] = {}
+            if self.response_format != "none" and (run.tool_calls > 0 or not offer_tool):
+                options["response_format"] = answer_response_format(self.max_topics, self.response_format)
+            turn = TraceTurn(
+                new_messages=[_trace_message(m) for m in run.messages[run.recorded :]],
+                options={"response_format": "response_format" in options, "tools": offer_tool, "forced": forced},
+            )
+            run.recorded = len(run.messages)
+            trace.turns.append(turn)
+            wire = _inline(run.messages) if self.inline_tool_results else list(run.messages)
+            try:
+                if offer_tool:
+                    choice: dict[str, Any] = (
+                        {"tool_required": True, "tool_choice": {"type": "function", "function": {"name": TOOL_NAME}}}
+                        if forced
+                        else {"tool_required": False}
+                    )
+                    pending = self._llm.achat_with_tools(
+                        [self._tool], chat_history=wire, allow_parallel_tool_calls=False, **choice, **options
+                    )
+                else:
+                    pending = self._llm.achat(wire, **options)
+                response = await asyncio.wait_for(pending, timeout=remaining)
+            except Exception as exc:
+                timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+                kind = "timeout" if timed_out else "api_error"
+                turn.response = TraceResponse(error_kind=kind, error=f"{type(exc).__name__}: {exc}")
+                run.error = turn.response.error
+                logger.warning("flash rerank: LLM call failed (%s): %s", kind, run.error)
+                decision = FlashDecision.TIMEOUT if timed_out else FlashDecision.API_ERROR
+                return self._finish(run, shown, decision, started)
+
+            text = response.message.content or ""
+            try:
+                calls = self._llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+            except Exception as exc:  # e.g. arguments that are not a JSON object: the reply is unusable
+                turn.response = TraceResponse(text=text, usage=self._account(run, response, []))
+                run.error = f"unreadable tool call: {type(exc).__name__}: {exc}"
+                return self._finish(run, shown, FlashDecision.INVALID_JSON, started)
+            turn.response = TraceResponse(
+                text=text,
+                tool_calls=[TraceToolCall(id=c.tool_id, name=c.tool_name, arguments=c.tool_kwargs) for c in calls],
+                usage=self._account(run, response, calls),
+            )
+            if calls:
+                if run.tool_calls >= self.max_tool_calls:
+                    return self._finish(run, shown, FlashDecision.TOO_MANY_TOOL_CALLS, started)
+                run.messages.append(response.message)
+                for call in calls:
+                    result_text = self._answer_tool_call(run, call)
+                    run.shown_tokens += self._tokens.count(result_text)
+                    run.messages.append(
+                        ChatMessage(
+                            role=MessageRole.TOOL,
+                            content=result_text,
+                            additional_kwargs={"tool_call_id": call.tool_id, "name": call.tool_name},
+                        )
+                    )
+                if run.tool_calls >= self.max_tool_calls:
+                    run.messages.append(
+                        ChatMessage(role=MessageRole.USER, content=tool_limit_note(self.max_tool_calls))
+                    )
+                continue
+            return self._accept(run, shown, text, started)
+
+    def _answer_tool_call(self, run: _Run, call: ToolSelection) -> str:
+        """The tool result for one call. Counts the call; records requested and invented ids."""
+        if run.tool_calls >= self.max_tool_calls:
+            return f"Not run: the limit of {self.max_tool_calls} {TOOL_NAME} calls is reached."
+        run.tool_calls += 1
+        if call.tool_name != TOOL_NAME:
+            return f"Unknown tool {call.tool_name!r}; the only tool is {TOOL_NAME}(ids)."
+        blocks: list[str] = []
+        invented: list[str] = []
+        again: list[str] = []
+        for raw in _raw_ids(call.tool_kwargs.get("ids")):
+            cid, _ = coerce_id(raw)
+            if cid is None or cid not in run.by_id:
+                if cid is not None:
+                    run.invent(cid)
+                invented.append(str(raw))
+                continue
+            if cid in run.requested:
+                again.append(str(cid))
+                continue
+            run.requested.append(cid)
+            blocks.append(content_block(run.by_id[cid]))
+        notes = []
+        if invented:
+            notes.append(f"Not in the candidate list (ignored): {', '.join(invented)}.")
+        if again:
+            notes.append(f"Already loaded above: {', '.join(again)}.")
+        if not blocks and not again:
+            notes.append('No valid ids given; pass ids from the candidate list, e.g. {"ids": [1, 2]}.')
+        return "\n\n".join(blocks + notes)
+
+    def _accept(self, run: _Run, shown: list[NodeWithScore], text: str, started: float) -> FlashResult:
+        parsed = parse_answer(text)
+        run.repairs.extend(parsed.repairs)
+        if not parsed.ok or parsed.topics is None:
+            run.error = parsed.error
+            return self._finish(run, shown, FlashDecision.INVALID_JSON, started)
+        selections: list[FlashSelection] = []
+        for topic in parsed.topics:
+            cand = run.by_id.get(topic.id)
+            if cand is None:
+                run.invent(topic.id)
+                continue
+            if len(selections) >= self.max_topics:
+                continue
+            excerpt = None
+            if topic.excerpt is not None:
+                if cand.size > self.excerpt_threshold_chars:
+                    excerpt = snap_excerpt(topic.excerpt, cand.text)
+                if excerpt is None:
+                    run.excerpts_dropped += 1
+            selections.append(FlashSelection(cand.display_id, cand.kb_id, topic.reason, excerpt))
+        if parsed.topics and not selections:
+            run.error = "every selected id was invented"
+            return self._finish(run, shown, FlashDecision.INVENTED_IDS, started)
+        return self._finish(run, shown, FlashDecision.ACCEPTED, started, selections)
+
+    def _finish(
+        self,
+        run: _Run,
+        shown: list[NodeWithScore],
+        decision: FlashDecision,
+        started: float,
+        selections: list[FlashSelection] | None = None,
+    ) -> FlashResult:
+        if decision is FlashDecision.ACCEPTED:
+            source = SelectionSource.MODEL
+        elif decision is FlashDecision.NO_CANDIDATES:
+            source, selections = SelectionSource.NONE, []
+        elif run.requested:
+            source = SelectionSource.TOOL_REQUESTS
+            selections = [FlashSelection(cid, run.by_id[cid].kb_id) for cid in run.requested[: self.max_topics]]
+        else:
+            source = SelectionSource.UPSTREAM
+            selections = [FlashSelection(c.display_id, c.kb_id) for c in run.candidates[: self.max_topics]]
+        selections = selections or []
+        if decision is not FlashDecision.ACCEPTED and decision is not FlashDecision.NO_CANDIDATES:
+            logger.warning("flash rerank fell back: %s -> %s (%s)", decision.value, source.value, run.error)
+        out_nodes = _output_nodes(shown, selections, decision)
+        trace = run.trace
+        trace.decision, trace.source = decision, source
+        trace.selected_kb_ids = [s.kb_id for s in selections]
+        trace.reasons = [s.reason for s in selections]
+        cost = (
+            run.input_tokens * self.input_price_per_million + run.output_tokens * self.output_price_per_million
+        ) / 1_000_000
+        return FlashResult(
+            nodes=out_nodes,
+            selections=selections,
+            decision=decision,
+            source=source,
+            tool_calls=run.tool_calls,
+            requested_ids=list(run.requested),
+            invented_ids=list(run.invented),
+            repairs=tuple(run.repairs),
+            candidates_shown=len(run.candidates),
+            prompt_tokens_shown=run.shown_tokens,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cost_usd=cost,
+            duration_s=max(0.0, self._clock() - started),
+            excerpts_dropped=run.excerpts_dropped,
+            error=run.error,
+            trace=trace,
+        )
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def _account(self, run: _Run, response: ChatResponse, calls: list[ToolSelection]) -> dict[str, int]:
+        """Add this call's billed tokens (endpoint usage, else counted) and return them."""
+        usage = _usage_from_raw(response.raw)
+        if usage is None:
+            sent = sum(self._tokens.count(_message_text(m)) for m in run.messages)
+            out_text = (response.message.content or "") + "".join(
+                json.dumps(c.tool_kwargs, ensure_ascii=False) for c in calls
+            )
+            usage = {"prompt_tokens": sent, "completion_tokens": self._tokens.count(out_text)}
+        run.input_tokens += usage["prompt_tokens"]
+        run.output_tokens += usage["completion_tokens"]
+        return usage
+
+    def _conversation_lines(self, conversation: Sequence[ChatMessage | str]) -> list[str]:
+        if self.max_conversation_messages == 0:
+            return []
+        lines = []
+        for m in list(conversation)[-self.max_conversation_messages :]:
+            line = m if isinstance(m, str) else f"{m.role.value}: {m.content or ''}"
+            line = " ".join(line.split())
+            if len(line) > self.max_message_chars:
+                line = line[: self.max_message_chars - 1] + "…"
+            lines.append(line)
+        return lines
+
+    def _model_name(self) -> str:
+        try:
+            return str(self._llm.metadata.model_name)
+        except Exception:  # metadata is a property some integrations compute lazily
+            return type(self._llm).__name__
+
+    def _trace_settings(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"callback_manager", "trace_dir"})
+
+    def _save_trace(self, trace: FlashTrace) -> None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+        path = Path(self.trace_dir or ".") / f"flash-{stamp}-{uuid.uuid4().hex[:8]}.json"
+        try:
+            trace.save(path)
+        except OSError as exc:
+            logger.warning("flash rerank: could not save trace to %s: %s", path, exc)
+
+
+def _require_query(query_bundle: QueryBundle | None) -> QueryBundle:
+    if query_bundle is None:
+        raise ValueError(
+            "FlashReranker needs the query: call postprocess_nodes(nodes, query_str=...) "
+            "or use it inside a query engine"
+        )
+    return query_bundle
+
+
+def _raw_ids(value: Any) -> list[Any]:
+    """The ``ids`` argument as a list, tolerating ``"[1, 2]"``, ``"1, 2"`` and a single id."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        try:
+            loaded = json.loads(value)
+        except ValueError:
+            return [p for p in value.replace(",", " ").split() if p]
+        return loaded if isinstance(loaded, list) else [loaded]
+    return [] if value is None else [value]
+
+
+def _usage_from_raw(raw: Any) -> dict[str, int] | None:
+    """OpenAI-style ``usage.prompt_tokens/completion_tokens`` from ``ChatResponse.raw`` (object or dict)."""
+    if raw is None:
+        return None
+    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+    if usage is None:
+        return None
+
+    def get(*keys: str) -> int | None:
+        for key in keys:
+            value = usage.get(key) if isinstance(usage, dict) else getattr(usage, key, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return int(value)
+        return None
+
+    prompt = get("prompt_tokens", "input_tokens")
+    completion = get("completion_tokens", "output_tokens")
+    if prompt is None and completion is None:
+        return None
+    return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
+
+
+def _message_text(message: ChatMessage) -> str:
+    text = message.content or ""
+    for block in message.blocks:
+        if isinstance(block, ToolCallBlock):
+            kwargs = block.tool_kwargs
+            text += kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False)
+    return text
+
+
+def _inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """Tool calls and results as plain assistant / user text, for chat templates without tool messages."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
+        if calls:
+            described = "; ".join(
+                f"{c.tool_name}({c.tool_kwargs if isinstance(c.tool_kwargs, str) else json.dumps(c.tool_kwargs)})"
+                for c in calls
+            )
+            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
+        elif m.role == MessageRole.TOOL:
+            name = m.additional_kwargs.get("name", TOOL_NAME)
+            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{m.content or ''}"))
+        else:
+            out.append(m)
+    return out
+
+
+def _trace_message(message: ChatMessage) -> TraceMessage:
+    calls = []
+    for block in message.blocks:
+        if isinstance(block, ToolCallBlock):
+            kwargs = block.tool_kwargs
+            if isinstance(kwargs, str):
+                try:
+                    kwargs = json.loads(kwargs)
+                except ValueError:
+                    kwargs = {"_raw": kwargs}
+            calls.append(TraceToolCall(id=block.tool_call_id or "", name=block.tool_name, arguments=kwargs))
+    return TraceMessage(
+        role=message.role.value,
+        content=message.content or "",
+        tool_calls=calls,
+        tool_call_id=message.additional_kwargs.get("tool_call_id"),
+    )
+
+
+def _output_nodes(
+    shown: list[NodeWithScore], selections: list[FlashSelection], decision: FlashDecision
+) -> list[NodeWithScore]:
+    """New nodes (inputs untouched) in selection order, scored by position: 1.0, then down to 1/k."""
+    k = len(selections)
+    out = []
+    for rank, sel in enumerate(selections):
+        original = shown[sel.display_id - 1]
+        score = (k - rank) / k
+        meta = dict(original.node.metadata)
+        meta.update({FLASH_RANK: rank + 1, FLASH_DECISION: decision.value, RERANK_SCORE: score})
+        meta.pop(FLASH_REASON, None)
+        meta.pop(FLASH_EXCERPT, None)
+        if sel.reason:
+            meta[FLASH_REASON] = sel.reason
+        if sel.excerpt:
+            meta[FLASH_EXCERPT] = sel.excerpt
+        node = original.node.model_copy(
+            update={
+                "metadata": meta,
+                "excluded_llm_metadata_keys": _with_keys(original.node.excluded_llm_metadata_keys),
+                "excluded_embed_metadata_keys": _with_keys(original.node.excluded_embed_metadata_keys),
+            }
+        )
+        out.append(NodeWithScore(node=node, score=score))
+    return out
+
+
+def _with_keys(keys: list[str]) -> list[str]:
+    return list(keys) + [k for k in FLASH_METADATA_KEYS if k not in keys]
