@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
     )
+    embed_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="Embedding runtime: 'onnx' (onnxruntime over a cached int8 ONNX export of the same model) "
+        "or 'torch' (sentence-transformers).",
+    )
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")
     chunk_tokens: int = Field(
@@ -157,7 +162,8 @@ class Settings(BaseSettings):
     local_llm_threads: int = Field(default=2, ge=1, description="CPU threads of the local model server.")
     model_cache_dir: Path = Field(
         default_factory=lambda: Path.home() / ".cache" / "ragidx" / "models",
-        description="Where the packaged local model's parts are joined into one GGUF file.",
+        description="Where the local LLM's parts are joined into one GGUF file and the embedding model's "
+        "ONNX export is cached.",
     )
 
     # --- context budget ------------------------------------------------------------------------

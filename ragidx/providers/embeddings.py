@@ -3,11 +3,12 @@
 ``LocalEmbedding`` is a LlamaIndex ``BaseEmbedding`` with two CPU backends, both loaded on first use
 (cheap constructor):
 
-- ``"onnx"`` (default): the same model exported once to ONNX, fused and dynamically quantized to
-  int8, run by onnxruntime (:mod:`ragidx.providers.onnx_embedding`; the file is cached under
-  ``cache_dir``). About 1.4x the chunks per CPU-second of torch int8, cosine ~0.99 to fp32.
-- ``"torch"``: sentence-transformers, with per-channel dynamic int8 quantization of the linear
-  layers when ``quantize`` (~2x fp32 on 2 CPU cores, cosine ~0.98 to fp32).
+- ``"torch"`` (default): sentence-transformers, with per-channel dynamic int8 quantization of the
+  linear layers when ``quantize`` (~1.4x the chunks per CPU-second of fp32, cosine ~0.98 to fp32).
+- ``"onnx"``: the same model exported once to ONNX, fused and dynamically quantized to int8, run
+  by onnxruntime (:mod:`ragidx.providers.onnx_embedding`; the file is cached under ``cache_dir``).
+  Slightly more chunks per CPU-second than torch int8, closer to fp32 (cosine ~0.99), half the
+  query latency and less memory. Needs ``onnxruntime`` and ``onnx``.
 
 ``benchmarks/embeddings.py`` measures all of them.
 
@@ -58,6 +59,9 @@ def resolve_model_path(name: str) -> str:
 
 
 EmbedBackend = Literal["onnx", "torch"]
+# "onnx" beats torch int8 on quality, CPU-seconds, latency and memory (benchmarks/embeddings.py), but
+# it has not been shown to reach the 30 chunks/s target on 2 cores, so torch stays the default for now.
+# int8 ONNX: closer to fp32 and faster than torch int8 (see benchmarks/embeddings.py).
 DEFAULT_EMBED_BACKEND: EmbedBackend = "onnx"
 
 
@@ -177,7 +181,6 @@ def build_embed_model(settings: Settings) -> LocalEmbedding:
         embed_batch_size=settings.embed_batch_size,
         quantize=settings.embed_quantize,
         num_threads=settings.embed_threads,
-        # Optional settings (not in every Settings version yet): fall back to the field defaults.
-        backend=getattr(settings, "embed_backend", None) or DEFAULT_EMBED_BACKEND,
-        cache_dir=getattr(settings, "embed_cache_dir", None),
+        backend=settings.embed_backend,
+        cache_dir=str(settings.model_cache_dir),
     )

@@ -77,6 +77,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the model file beside it is world-readable
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -167,6 +168,8 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
             out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
             return out.last_hidden_state
 
+    # Reference outputs come first: after tracing, transformers' masking may behave differently.
+    check_feed, check_ref = _reference_outputs(model, model_dir)
     # Trace with real padding so no "mask is all ones" shortcut gets baked into the graph.
     ids = torch.full((2, 16), 1000, dtype=torch.long)
     mask = torch.ones_like(ids)
@@ -215,14 +218,14 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
             extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
         )
         current = quantized
-    _verify_export(current, model, model_dir)
+    _verify_export(current, check_feed, check_ref)
     os.replace(current, out_path)
     for leftover in (raw, work / "fused.onnx", work / "int8.onnx"):
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
 
 
-def _verify_export(onnx_path: Path, model: Any, model_dir: Path) -> None:
+def _reference_outputs(model: Any, model_dir: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
     import torch
     from transformers import AutoTokenizer
 
@@ -231,6 +234,10 @@ def _verify_export(onnx_path: Path, model: Any, model_dir: Path) -> None:
     feed = {k: enc[k].astype(np.int64) if k in enc else np.zeros_like(enc["input_ids"]) for k in _INPUT_NAMES}
     with torch.no_grad():
         ref = model(**{k: torch.from_numpy(v) for k, v in feed.items()}).last_hidden_state.numpy()
+    return feed, ref
+
+
+def _verify_export(onnx_path: Path, feed: dict[str, np.ndarray], ref: np.ndarray) -> None:
     session = _session(onnx_path, threads=1)
     got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0]
     mask = feed["attention_mask"]
