@@ -54,8 +54,10 @@ class LLMEndpoint(BaseSettings):
         "only queues behind the abandoned one), 3 otherwise.",
     )
     temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
-    tokenizer: str = Field(
-        default="cl100k_base", description="tiktoken encoding used to count this model's tokens."
+    tokenizer: str | None = Field(
+        default=None,
+        description="How to count this model's tokens: a bundled tiktoken encoding ('cl100k_base', "
+        "'o200k_base'). None: the local model's own vocabulary, cl100k_base for endpoints.",
     )
     tool_mode: Literal["auto", "forced"] | None = Field(
         default=None,

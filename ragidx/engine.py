@@ -110,13 +110,12 @@ class Engine:
     def _build_agent(self) -> Any:
         from ragidx.agent.workflow import RagAgent, SessionMemory
         from ragidx.budget import ContextBudget, LLMSummaryCompressor, RetrievalCap
-        from ragidx.providers.tokenizer import TokenCounter
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
         s = self.settings
         llm = self.llm_provider.get(s.llm)
         fallback = self.llm_provider.get(s.fallback_llm) if s.fallback_llm is not None else None
-        tokens = TokenCounter(s.llm.tokenizer)
+        tokens = self.llm_provider.token_counter(s.llm)
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
@@ -188,9 +187,7 @@ class Engine:
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         """
-        from llama_index.core.async_utils import asyncio_run
-
-        return asyncio_run(self.aask(question, session_id=session_id))
+        return _run_sync(self.aask(question, session_id=session_id))
 
     async def aask(self, question: str, session_id: str | None = None) -> Any:
         return await self.agent().run(question=question, session_id=session_id)
@@ -266,3 +263,25 @@ def _count_items(path: Path) -> int | None:
         elif f.suffix.lower() in (".md", ".markdown", ".html", ".htm"):
             total += 1
     return total or None
+
+
+def _run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, also where an event loop already runs (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coro)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

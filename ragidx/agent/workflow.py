@@ -86,6 +86,38 @@ class LLMRequestError(RuntimeError):
     """The LLM endpoint refused the request (bad key, bad model name, bad request): retrying won't help."""
 
 
+class ContextOverflowError(LLMRequestError):
+    """The endpoint counted more prompt tokens than the window holds (its tokenizer or template differs).
+
+    ``prompt_tokens`` is the endpoint's own count of the prompt, when its message gave one.
+    """
+
+    def __init__(self, message: str, prompt_tokens: int | None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+
+
+_OVERFLOW = (
+    # llama-cpp-python: "Requested tokens (4116) exceed context window of 4096" (prompt + max_tokens)
+    re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)"),
+    # OpenAI-style: "maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens"
+    re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S),
+)
+
+
+def _overflow_prompt_tokens(exc: Exception, max_output_tokens: int) -> tuple[bool, int | None]:
+    """(is a context-length refusal, the endpoint's prompt token count if the message says it)."""
+    text = str(exc)
+    m = _OVERFLOW[0].search(text)
+    if m:
+        return True, max(1, int(m.group(1)) - max_output_tokens)
+    m = _OVERFLOW[1].search(text)
+    if m:
+        return True, int(m.group(2))
+    lowered = text.lower()
+    return ("context length" in lowered or "context window" in lowered), None
+
+
 class NextStep(BaseModel):
     action: Literal["search", "answer"] = Field(description="'search' again, or 'answer' now.")
     query: str = Field(default="", description="The new search query when action is 'search'.")
@@ -152,6 +184,7 @@ class _Turn:
     window: int = 0
     max_out: int = 0
     fallback_reason: str | None = None
+    shrink: int = 0  # tokens taken off the window after the endpoint counted more than the budget did
 
 
 class DecideEvent(Event):
@@ -242,6 +275,7 @@ class RagAgent(Workflow):
         self.retries = retries
         self.backoff_s = backoff_s
         self.relevance_gate = relevance_gate
+        self._learned_shrink: dict[str, int] = {}
         self.accountant: PromptAccountant = budget.accountant
 
     # --- steps ---------------------------------------------------------------------------------------
@@ -255,6 +289,7 @@ class RagAgent(Workflow):
         turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
         turn.raw_messages = list(turn.messages)
+        turn.shrink = self._learned_shrink.get(_model_name(self.llm), 0)
         if self.tool_mode == "forced":
             # The first search is the question itself: grounding never depends on a weak model's query.
             return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
@@ -267,15 +302,18 @@ class RagAgent(Workflow):
             return AnswerEvent(turn=turn)
         if self.tool_mode == "auto":
             tools = [self.retrieve_tool]
-            messages = await self._budgeted(ctx, turn, tools, None)
-            response = await self._chat(turn, messages, None, tools=tools, tool_choice="auto")
+            response = await self._send(
+                ctx, turn, tools, None, lambda msgs: self._chat(turn, msgs, None, tools=tools, tool_choice="auto")
+            )
             calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             calls = [c for c in calls if c.tool_name == self.retrieve_tool.metadata.name]
             return ToolCallsEvent(turn=turn, calls=calls) if calls else AnswerEvent(turn=turn)
         tools = [NEXT_STEP_TOOL]
-        messages = await self._budgeted(ctx, turn, tools, NEXT_STEP_PROMPT)
         forced = {"type": "function", "function": {"name": "next_step"}}
-        response = await self._chat(turn, messages, NEXT_STEP_PROMPT, tools=tools, tool_choice=forced)
+        response = await self._send(
+            ctx, turn, tools, NEXT_STEP_PROMPT,
+            lambda msgs: self._chat(turn, msgs, NEXT_STEP_PROMPT, tools=tools, tool_choice=forced),
+        )  # fmt: skip
         calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
         plan = calls[0].tool_kwargs if calls else {}
         query = str(plan.get("query") or "").strip()
@@ -306,12 +344,19 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
         # Two passes: budget with every title listed, then list only the articles that survived.
         instruction = ANSWER_PROMPT.format(sources=_source_lines(_articles_shown(turn.messages)))
-        messages = await self._budgeted(ctx, turn, None, instruction)
-        sources = _articles_shown(messages)
-        if not sources or (self.relevance_gate and not shares_terms(turn.question, sources)):
+
+        async def send(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
+            sources = _articles_shown(messages)
+            if not sources or (self.relevance_gate and not shares_terms(turn.question, sources)):
+                return None, sources
+            closing = ANSWER_PROMPT.format(sources=_source_lines(sources))
+            return await self._stream_answer(ctx, turn, messages, closing), sources
+
+        text, sources = await self._send(ctx, turn, None, instruction, send)
+        if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
-        text = await self._stream_answer(ctx, turn, messages, ANSWER_PROMPT.format(sources=_source_lines(sources)))
+        messages = turn.messages
         turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text)))
         return StopEvent(result=answer)
@@ -354,6 +399,39 @@ class RagAgent(Workflow):
             additional_kwargs={"tool_call_id": call.tool_id, "name": call.tool_name},
         )
 
+    async def _send(
+        self,
+        ctx: Context,
+        turn: _Turn,
+        tools: Sequence[Any] | None,
+        instruction: str | None,
+        send: Callable[[list[ChatMessage]], Awaitable[T]],
+    ) -> T:
+        """Budget, then send; if the endpoint still counts an overflow, shrink the window by its excess and redo.
+
+        Our count and the server's can differ (another tokenizer, a chat template that adds text); the
+        server's figure wins, and the agent remembers the shrink for later calls to the same model.
+        """
+        for attempt in range(3):
+            messages = await self._budgeted(ctx, turn, tools, instruction)
+            try:
+                return await send(messages)
+            except ContextOverflowError as exc:
+                if attempt == 2:
+                    raise
+                ours = turn.prompt_tokens[-1] if turn.prompt_tokens else 0
+                # The endpoint counts `ratio` times what we count: scale the room for the prompt down by it.
+                ratio = (exc.prompt_tokens / ours) if exc.prompt_tokens and ours else 1.15
+                ratio = max(ratio, 1.02) * 1.02
+                room = turn.window - turn.shrink - turn.max_out
+                turn.shrink = turn.window - turn.max_out - int(room / ratio)
+                self._learned_shrink[_model_name(turn.llm)] = turn.shrink
+                logger.warning(
+                    "the endpoint counts %.2fx our prompt tokens; budgeting a %d-token smaller window",
+                    ratio, turn.shrink,
+                )  # fmt: skip
+        raise AssertionError("unreachable")
+
     async def _budgeted(
         self, ctx: Context, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None
     ) -> list[ChatMessage]:
@@ -389,12 +467,13 @@ class RagAgent(Workflow):
         """
         system = self.system_prompt if instruction is None else f"{self.system_prompt}\n\n{instruction}"
         kwargs = {"system_prompt": system, "tools": tools, "question": turn.question, "max_output_tokens": turn.max_out}
-        result = await self.budget.aapply(turn.messages, context_window=turn.window, **kwargs)
+        window = turn.window - turn.shrink
+        result = await self.budget.aapply(turn.messages, context_window=window, **kwargs)
         messages = result.messages if result.messages is not None else turn.messages
         sent = self.accountant.count_prompt(self._wire(messages, instruction), tools=tools)
         extra = sent - result.report.tokens_after
         if extra > 0 and sent > result.report.hard_limit_tokens:
-            again = await self.budget.aapply(messages, context_window=turn.window - extra, **kwargs)
+            again = await self.budget.aapply(messages, context_window=window - extra, **kwargs)
             return again if again.messages is not None else BudgetResult(messages=list(messages), report=again.report)
         return result
 
@@ -406,6 +485,7 @@ class RagAgent(Workflow):
         turn.llm = self.fallback_llm
         turn.window = self.fallback_context_window or turn.window
         turn.max_out = self.fallback_max_output_tokens
+        turn.shrink = self._learned_shrink.get(_model_name(self.fallback_llm), 0)
         return True
 
     def _wire(self, messages: Sequence[ChatMessage], instruction: str | None) -> list[ChatMessage]:
@@ -441,7 +521,7 @@ class RagAgent(Workflow):
 
         t0 = time.perf_counter()
         try:
-            response = await self._with_retries(llm, call)
+            response = await self._with_retries(llm, call, turn.max_out)
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += _completion_tokens(response)
@@ -464,19 +544,22 @@ class RagAgent(Workflow):
 
         t0 = time.perf_counter()
         try:
-            text = await self._with_retries(llm, call)
+            text = await self._with_retries(llm, call, turn.max_out)
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += self.accountant.count_text(text)
         return text
 
-    async def _with_retries(self, llm: Any, call: Callable[[], Awaitable[T]]) -> T:
+    async def _with_retries(self, llm: Any, call: Callable[[], Awaitable[T]], max_out: int = 0) -> T:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
                 return await call()
             except Exception as exc:
                 kind = _error_kind(exc)
+                overflow, server_count = _overflow_prompt_tokens(exc, max_out) if kind == "fatal" else (False, None)
+                if overflow:
+                    raise ContextOverflowError(f"{_endpoint(llm)}: {exc}", server_count) from exc
                 if kind == "fatal":
                     raise LLMRequestError(
                         f"the model endpoint {_endpoint(llm)} refused the request ({type(exc).__name__}: {exc}). "

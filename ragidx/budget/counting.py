@@ -70,6 +70,12 @@ class CachedTokenCounter(TokenCounter):
     def _encoding(self) -> tiktoken.Encoding:
         return self._inner._encoding
 
+    def encode(self, text: str) -> list[int]:
+        return self._inner.encode(text)  # the inner counter may not be tiktoken (a model's own vocabulary)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._inner.decode(tokens)
+
     def count(self, text: str) -> int:
         if not text:
             return 0

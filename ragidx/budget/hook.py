@@ -243,7 +243,7 @@ class ContextBudget:
         """Build from ``ragidx.config.Settings`` (budget_* values, fallback_llm's window, top_k)."""
         fallback = getattr(settings, "fallback_llm", None)
         return cls(
-            token_counter or TokenCounter(settings.llm.tokenizer),
+            token_counter or TokenCounter(settings.llm.tokenizer or "cl100k_base"),
             compressor,
             summarizer_llm=summarizer_llm,
             trigger_pct=settings.budget_trigger_pct,

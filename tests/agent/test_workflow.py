@@ -270,3 +270,27 @@ def test_inline_transport_keeps_order_and_content() -> None:
     out = to_inline(msgs)
     assert [m.role for m in out] == [MessageRole.USER, MessageRole.USER]
     assert text_of(out[1]) == 'Result of retrieve_context:\n{"articles": []}'
+
+
+def test_an_endpoint_that_counts_more_tokens_is_obeyed_and_remembered() -> None:
+    def refuse_if_long(messages: list[ChatMessage], call: RecordedCall) -> Any:
+        total = sum(len(text_of(m)) * 2 // 3 for m in messages)  # this "server" counts 2 tokens per 3 chars
+        if total > 1000 - 128:
+            response = httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+            return openai.BadRequestError(
+                f"Requested tokens ({total + 128}) exceed context window of 1000", response=response, body=None
+            )
+        return "Answer from the tables article [1]."
+
+    agent, llm = make_agent(
+        [ToolCall("retrieve_context", {"query": "insert table chart print"}), "stop", refuse_if_long, refuse_if_long,
+         refuse_if_long],
+        context_window=1000,
+        max_output_tokens=128,
+        budget=ContextBudget(min_article_tokens=30),
+    )  # fmt: skip
+    answer = ask(agent, "table chart print")
+    assert answer.text == "Answer from the tables article [1]." and answer.citations
+    assert agent._learned_shrink["scripted"] > 0  # later calls start with the smaller window
+    refused = [c for c in llm.calls[2:] if sum(len(text_of(m)) * 2 // 3 for m in c.messages) > 872]
+    assert 1 <= len(refused) < len(llm.calls[2:])
