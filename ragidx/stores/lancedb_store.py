@@ -45,6 +45,8 @@ from pydantic import Field, PrivateAttr
 from ragidx.stores.fusion import relative_score_fusion
 
 logger = logging.getLogger(__name__)
+# lance logs a deprecation warning per query from Rust; keep a user-set level, else errors only.
+os.environ.setdefault("LANCE_LOG", "error")
 
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
 VECTOR_INDEX_MIN_ROWS = 20_000
@@ -87,8 +89,6 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     # --- table lifecycle -----------------------------------------------------------------------
     def _connect(self) -> Any:
         if self._db is None:
-            # lance logs a deprecation warning per query from Rust; keep user-set levels, else errors only.
-            os.environ.setdefault("LANCE_LOG", "error")
             import lancedb
 
             Path(self.uri).mkdir(parents=True, exist_ok=True)

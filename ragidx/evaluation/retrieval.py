@@ -1,0 +1,403 @@
+"""Retrieval evaluation on a BEIR folder: every stage of the chain side by side.
+
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
+``text``) and ``qrels/test.tsv`` (``query-id  corpus-id  score`` after a header line). The corpus is
+ingested once into a scratch store under ``--cache-dir``, keyed by the corpus bytes and the chunking
+and embedding settings, so a rerun does not re-embed. Every corpus document is one article.
+
+For each query the stages are measured on the same store:
+
+- ``dense``: vector search only, chunks grouped to articles by their best chunk;
+- ``hybrid``: hybrid search (dense + full text, relative score fusion with ``hybrid_alpha``);
+- ``hybrid+rerank``: hybrid candidates reranked at chunk level, then grouped;
+- ``full_chain``: ``ArticleRetriever.retrieve`` exactly as the product runs it (``build_retriever``),
+  whole articles loaded, with the depth raised to ``--depth`` articles so Recall@100 is defined.
+
+Each stage reports nDCG@10, Recall@10, Recall@100, MRR@10 and p50/p95 latency in milliseconds; a
+``default_config`` block repeats the full chain with the configured candidate counts and ``top_k``
+(the latency a user gets). One JSON line goes to stdout.
+
+Run::
+
+    python -m ragidx.evaluation.retrieval --beir ../shared/data/beir_scifact [--limit 100]
+
+Example:
+    >>> ndcg_at_k(["d1", "d2"], {"d2": 1}, 10) < 1.0
+    True
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ingestion.pipeline import Ingestor
+from ragidx.article import Article
+from ragidx.config import Settings
+from ragidx.retrieval.article_grouper import group_chunks
+from ragidx.retrieval.chunk_reranker import ChunkReranker
+from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
+from ragidx.retrieval.retriever import ArticleRetriever, SearchMode
+from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.lancedb_store import LanceDBChunkStore
+
+__all__ = [
+    "BeirDataset",
+    "corpus_key",
+    "evaluate",
+    "load_beir",
+    "main",
+    "mrr_at_k",
+    "ndcg_at_k",
+    "recall_at_k",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STAGES = ("dense", "hybrid", "hybrid+rerank", "full_chain")
+
+
+# --- data ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BeirDataset:
+    """A BEIR folder read into memory: corpus path, queries and graded relevance judgements."""
+
+    root: Path
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.root / "corpus.jsonl"
+
+    def articles(self) -> Iterator[Article]:
+        """The corpus as articles (``_id`` → kb_id); empty documents are left to ingestion to report."""
+        with self.corpus_path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                doc = json.loads(line)
+                kb_id = str(doc["_id"])
+                yield Article(
+                    kb_id=kb_id,
+                    title=str(doc.get("title") or "").strip() or kb_id,
+                    url="",
+                    content=str(doc.get("text") or ""),
+                )
+
+
+def load_beir(root: str | Path, split: str = "test", limit: int | None = None) -> BeirDataset:
+    """Read queries and qrels of a BEIR folder; keep queries with at least one relevant document.
+
+    Args:
+        root: folder with ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``.
+        split: qrels file name without ``.tsv``.
+        limit: keep only the first ``limit`` judged queries (in qrels order).
+    """
+    root = Path(root)
+    missing = [p for p in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv") if not (root / p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{root} is not a BEIR folder: missing {', '.join(missing)}")
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            parts = line.rstrip("\n").split("\t")
+            if n == 0 and not parts[-1].lstrip("-").isdigit():
+                continue  # header line
+            if len(parts) < 3:
+                continue
+            qid, doc_id, score = parts[0], parts[1], int(parts[2])
+            if score > 0:
+                qrels.setdefault(qid, {})[doc_id] = score
+    queries: dict[str, str] = {}
+    with (root / "queries.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                q = json.loads(line)
+                queries[str(q["_id"])] = str(q["text"])
+    judged = [qid for qid in qrels if qid in queries]
+    if limit is not None:
+        judged = judged[:limit]
+    return BeirDataset(root, {q: queries[q] for q in judged}, {q: qrels[q] for q in judged})
+
+
+def corpus_key(corpus: Path, **settings: Any) -> str:
+    """Cache key of an ingested corpus: its bytes plus every setting that changes the index."""
+    h = hashlib.sha256()
+    with corpus.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+def ndcg_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    """nDCG@k with graded gains (``rel``) and log2 discounts, as pytrec_eval / BEIR compute it."""
+    dcg = sum(relevant.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    """Share of the relevant documents found in the first ``k``."""
+    if not relevant:
+        return 0.0
+    return len(set(ranked[:k]) & set(relevant)) / len(relevant)
+
+
+def mrr_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant document within the first ``k`` (0 if none)."""
+    for i, d in enumerate(ranked[:k]):
+        if relevant.get(d, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def _percentile(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))
+    return ordered[idx]
+
+
+def score_runs(
+    runs: dict[str, list[str]], latencies_ms: Sequence[float], qrels: dict[str, dict[str, int]]
+) -> dict[str, float]:
+    """Mean metrics over queries plus latency percentiles, rounded for printing."""
+    metrics: dict[str, list[float]] = {"ndcg@10": [], "recall@10": [], "recall@100": [], "mrr@10": []}
+    for qid, relevant in qrels.items():
+        ranked = runs.get(qid, [])
+        metrics["ndcg@10"].append(ndcg_at_k(ranked, relevant, 10))
+        metrics["recall@10"].append(recall_at_k(ranked, relevant, 10))
+        metrics["recall@100"].append(recall_at_k(ranked, relevant, 100))
+        metrics["mrr@10"].append(mrr_at_k(ranked, relevant, 10))
+    out = {name: round(statistics.fmean(vals), 4) if vals else 0.0 for name, vals in metrics.items()}
+    out["p50_ms"] = round(_percentile(latencies_ms, 50), 1)
+    out["p95_ms"] = round(_percentile(latencies_ms, 95), 1)
+    return out
+
+
+def _timed(fn: Callable[[], T]) -> tuple[T, float]:
+    t0 = time.perf_counter()
+    result = fn()
+    return result, (time.perf_counter() - t0) * 1000.0
+
+
+# --- scratch index ---------------------------------------------------------------------------------
+INDEX_FORMAT = 1
+"""Bump when ingestion changes what a chunk is or what gets embedded: old scratch indexes are then
+ignored. (Hashing the source instead would rebuild the index after every unrelated edit.)"""
+
+
+def index_settings(settings: Settings) -> dict[str, Any]:
+    """What changes the index, so belongs in the cache key."""
+    return {
+        "embed_model": settings.embed_model,
+        "embed_quantize": settings.embed_quantize,
+        "chunk_tokens": settings.chunk_tokens,
+        "chunk_overlap_tokens": settings.chunk_overlap_tokens,
+        "index_format": INDEX_FORMAT,
+    }
+
+
+def open_scratch_index(
+    dataset: BeirDataset, settings: Settings, embed_model: Any, cache_dir: Path
+) -> tuple[LanceDBChunkStore, ArticleStore, Path]:
+    """Ingest the corpus into ``cache_dir/<key>`` unless a finished index is already there.
+
+    Ingestion is idempotent, so an interrupted run resumes where it stopped; ``ingest.json`` marks a
+    finished index and holds its ingest report.
+    """
+    # The embedding backend (torch / onnx) changes the vectors as much as quantization does.
+    key = corpus_key(dataset.corpus_path, **index_settings(settings), backend=getattr(embed_model, "backend", None))
+    folder = cache_dir / key
+    chunk_store = LanceDBChunkStore(uri=folder / "lancedb", table_name="Beir")
+    article_store = ArticleStore(folder / "articles.sqlite")
+    marker = folder / "ingest.json"
+    if marker.is_file():
+        logger.info("reusing the index in %s", folder)
+        return chunk_store, article_store, folder
+    logger.info("ingesting %s into %s (embedding once; later runs reuse it)", dataset.corpus_path, folder)
+    ingestor = Ingestor(
+        chunk_store,
+        article_store,
+        embed_model,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap_tokens,
+    )
+    report = ingestor.ingest(dataset.articles(), source=str(dataset.corpus_path), progress=sys.stderr.isatty())
+    if report.errors:
+        logger.warning("%d corpus documents were skipped, e.g. %s", len(report.errors), report.errors[0])
+    marker.write_text(json.dumps({**report.as_dict(), **index_settings(settings)}), encoding="utf-8")
+    return chunk_store, article_store, folder
+
+
+# --- the evaluation --------------------------------------------------------------------------------
+def evaluate(
+    dataset: BeirDataset,
+    settings: Settings,
+    embed_model: Any,
+    cache_dir: Path,
+    *,
+    depth: int = 100,
+    reranker: ChunkReranker | None | Literal["settings"] = "settings",
+) -> dict[str, Any]:
+    """Every stage's metrics and latencies on ``dataset``; the dict ``main`` prints.
+
+    Args:
+        dataset: the BEIR queries and qrels (the corpus is ingested, or reused from ``cache_dir``).
+        settings: chunking, embedding, ``hybrid_alpha``, ``reranker`` and the default counts.
+        embed_model: the embedding model (must match ``settings.embed_model``/``embed_quantize``
+            for the cache key to mean anything).
+        cache_dir: where scratch indexes live.
+        depth: articles ranked per query for the metrics (Recall@100 needs 100).
+        reranker: the chunk reranker to measure; by default the one ``settings`` configures.
+    """
+    if depth < 10:
+        raise ValueError(f"depth must be >= 10 (nDCG@10 needs ten results), got {depth}")
+    started = time.perf_counter()
+    chunk_store, article_store, folder = open_scratch_index(dataset, settings, embed_model, cache_dir)
+    ingest_seconds = time.perf_counter() - started
+    if reranker == "settings":
+        reranker = build_chunk_reranker(settings.model_copy(update={"rerank_top_n": 10_000}))
+    if reranker is not None and reranker.top_n is not None:
+        reranker = reranker.model_copy(update={"top_n": None})
+    candidates = max(settings.candidate_chunks, 2 * depth)
+
+    def stage_retriever(mode: SearchMode, with_reranker: bool) -> ArticleRetriever:
+        return ArticleRetriever(
+            chunk_store,
+            article_store,
+            embed_model,
+            reranker=reranker if with_reranker else None,
+            mode=mode,
+            alpha=settings.hybrid_alpha,
+            candidate_chunks=candidates,
+            rerank_top_n=candidates,
+            top_k=depth,
+        )
+
+    dense = stage_retriever("dense", False)
+    hybrid = stage_retriever("hybrid", False)
+    full = stage_retriever("hybrid", True)
+    default = build_retriever(settings, chunk_store, article_store, embed_model)
+
+    first = next(iter(dataset.queries.values()), "warm up")
+    for r in (dense, hybrid, full, default):  # load models, open tables and indexes before timing
+        r.retrieve(first)
+
+    runs: dict[str, dict[str, list[str]]] = {name: {} for name in (*STAGES, "default_config")}
+    latency: dict[str, list[float]] = {name: [] for name in runs}
+    for qid, query in dataset.queries.items():
+        nodes, ms = _timed(partial(dense.search, query))
+        runs["dense"][qid] = [g.kb_id for g in group_chunks(nodes)][:depth]
+        latency["dense"].append(ms)
+
+        nodes, ms = _timed(partial(hybrid.search, query))
+        runs["hybrid"][qid] = [g.kb_id for g in group_chunks(nodes)][:depth]
+        latency["hybrid"].append(ms)
+
+        reranked, rerank_ms = _timed(partial(full.rerank, query, nodes))
+        runs["hybrid+rerank"][qid] = [g.kb_id for g in group_chunks(reranked)][:depth]
+        latency["hybrid+rerank"].append(ms + rerank_ms)
+
+        articles, ms = _timed(partial(full.retrieve, query, top_k=depth))
+        runs["full_chain"][qid] = [a.kb_id for a in articles]
+        latency["full_chain"].append(ms)
+
+        articles, ms = _timed(partial(default.retrieve, query))
+        runs["default_config"][qid] = [a.kb_id for a in articles]
+        latency["default_config"].append(ms)
+
+    stages = {name: score_runs(runs[name], latency[name], dataset.qrels) for name in STAGES}
+    default_scores = score_runs(runs["default_config"], latency["default_config"], dataset.qrels)
+    return {
+        "dataset": dataset.root.name,
+        "queries": len(dataset.queries),
+        "articles": article_store.count(),
+        "chunks": chunk_store.count(),
+        "depth": depth,
+        "candidate_chunks": candidates,
+        "reranker": reranker.class_name() if reranker is not None else "none",
+        "hybrid_alpha": settings.hybrid_alpha,
+        "embed_model": settings.embed_model,
+        "embed_quantize": settings.embed_quantize,
+        "stages": stages,
+        "default_config": {
+            "candidate_chunks": settings.candidate_chunks,
+            "rerank_top_n": settings.rerank_top_n,
+            "top_k": settings.top_k,
+            **default_scores,
+        },
+        "index": {"folder": str(folder), "prepare_seconds": round(ingest_seconds, 1)},
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragidx eval retrieval",
+        description="Retrieval quality and latency of every stage on a BEIR folder; prints one JSON line.",
+    )
+    parser.add_argument("--beir", required=True, type=Path, help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N judged queries")
+    parser.add_argument("--split", default="test", help="qrels file name without .tsv (default: test)")
+    parser.add_argument("--depth", type=int, default=100, help="articles ranked per query (default: 100)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="scratch indexes (default: DATA_DIR/eval-cache)")
+    parser.add_argument("--reranker", choices=["offline", "cohere", "cross-encoder", "none"], default=None)
+    parser.add_argument("--alpha", type=float, default=None, help="hybrid_alpha (1.0 = vector only)")
+    parser.add_argument("--quantize", action=argparse.BooleanOptionalAction, default=None, help="int8 embedding model")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``ragidx eval retrieval``: evaluate and print one JSON line. Returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    overrides: dict[str, Any] = {}
+    if args.reranker is not None:
+        overrides["reranker"] = args.reranker
+    if args.alpha is not None:
+        overrides["hybrid_alpha"] = args.alpha
+    if args.quantize is not None:
+        overrides["embed_quantize"] = args.quantize
+    try:
+        settings = Settings(**overrides)
+        dataset = load_beir(args.beir, split=args.split, limit=args.limit)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"ragidx eval retrieval: {exc}", file=sys.stderr)
+        return 2
+    if not dataset.queries:
+        print(f"ragidx eval retrieval: no judged queries in {args.beir}", file=sys.stderr)
+        return 2
+    from ragidx.providers.embeddings import LocalEmbedding
+
+    embed_model = LocalEmbedding(
+        settings.embed_model,
+        quantize=settings.embed_quantize,
+        embed_batch_size=settings.embed_batch_size,
+        num_threads=settings.embed_threads,
+    )
+    cache_dir = args.cache_dir or settings.data_dir / "eval-cache"
+    result = evaluate(dataset, settings, embed_model, cache_dir, depth=args.depth)
+    print(json.dumps(result, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""ArticleGrouper: ranked chunks in, ranked whole articles out.
+
+Chunks are grouped by ``kb_id``; an article's score is the MAX score of its chunks (after a reranker
+that is the rerank score). The complete articles are loaded from the article store, sorted best
+first, and returned as new article nodes (``id_`` = kb_id, text = the full article) carrying:
+
+- ``rerank_score``: the article's best chunk score;
+- ``normalized_rank``: 0.0 for the best returned article … 1.0 for the worst (a lone article: 0.0);
+- ``article_rank``: 0-based position;
+- ``matched_chunk_ids``: ids of its chunks that matched, best first.
+
+Equal scores keep the order in which the articles' best chunks arrived. An optional
+``score_threshold`` drops articles below it before ranks are assigned; scores are only comparable
+for one reranker on one store, so set it per configuration, never as a universal constant.
+
+Example:
+    >>> from ragidx.stores.article_store import ArticleStore
+    >>> grouper = ArticleGrouper(ArticleStore(":memory:"), top_n=5)
+    >>> grouper.top_n
+    5
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.base import BaseEvent
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article
+
+__all__ = [
+    "ARTICLE_FIELDS",
+    "ArticleGroup",
+    "ArticleGrouper",
+    "ArticleSource",
+    "ArticlesGroupedEvent",
+    "article_from_node",
+    "article_to_node",
+    "group_chunks",
+]
+
+logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+
+ARTICLE_FIELDS = ("kb_id", "title", "url", "language")
+"""Article attributes an article node carries in its metadata (``article_from_node`` strips them)."""
+
+
+class ArticleSource(Protocol):
+    """Where whole articles come from (``ArticleStore`` has this)."""
+
+    def get(self, kb_ids: Sequence[str]) -> Mapping[str, Article]: ...
+
+
+class ArticlesGroupedEvent(BaseEvent):
+    """Emitted after grouping: how many chunks came in and which articles went out, with scores."""
+
+    query: str | None = None
+    chunk_count: int
+    kb_ids: list[str]
+    scores: list[float]
+    missing_kb_ids: list[str] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ArticlesGroupedEvent"
+
+
+@dataclass
+class ArticleGroup:
+    """One article's matched chunks (best first) and its score (the best chunk's)."""
+
+    kb_id: str
+    score: float
+    chunk_ids: list[str] = field(default_factory=list)
+
+
+def chunk_kb_id(node: NodeWithScore) -> str | None:
+    """The article a chunk belongs to: ``metadata["kb_id"]``, else its source document id."""
+    kb_id = node.node.metadata.get("kb_id") or node.node.ref_doc_id
+    return str(kb_id) if kb_id else None
+
+
+def group_chunks(nodes: Sequence[NodeWithScore]) -> list[ArticleGroup]:
+    """Group chunks by kb_id keeping the MAX score; best first, ties in arrival order.
+
+    A chunk without a score counts as 0.0; a chunk without a kb_id is skipped (and logged).
+    """
+    groups: dict[str, ArticleGroup] = {}
+    scored: dict[str, list[tuple[float, int, str]]] = {}
+    for position, node in enumerate(nodes):
+        kb_id = chunk_kb_id(node)
+        if kb_id is None:
+            logger.warning("chunk %s has no kb_id: skipped", node.node.node_id)
+            continue
+        score = 0.0 if node.score is None else float(node.score)
+        group = groups.get(kb_id)
+        if group is None:
+            groups[kb_id] = ArticleGroup(kb_id, score)
+        elif score > group.score:
+            group.score = score
+        scored.setdefault(kb_id, []).append((score, position, node.node.node_id))
+    for kb_id, group in groups.items():
+        chunks = sorted(scored[kb_id], key=lambda c: (-c[0], c[1]))
+        group.chunk_ids = list(dict.fromkeys(c[2] for c in chunks))
+    first_seen = {kb_id: i for i, kb_id in enumerate(groups)}
+    return sorted(groups.values(), key=lambda g: (-g.score, first_seen[g.kb_id]))
+
+
+def article_to_node(article: Article, score: float) -> NodeWithScore:
+    """An article as a LlamaIndex node: full text, article fields and ranks in metadata."""
+    meta: dict[str, Any] = dict(article.metadata)
+    meta.update({"kb_id": article.kb_id, "title": article.title, "url": article.url})
+    if article.language is not None:
+        meta["language"] = article.language
+    hidden = [k for k in meta if k != "title"]
+    node = TextNode(
+        id_=article.kb_id,
+        text=article.content,
+        metadata=meta,
+        excluded_embed_metadata_keys=hidden,
+        excluded_llm_metadata_keys=hidden,
+    )
+    return NodeWithScore(node=node, score=score)
+
+
+def article_from_node(node: NodeWithScore) -> Article:
+    """The ``Article`` an article node stands for, ranks and other metadata included."""
+    meta = dict(node.node.metadata)
+    kb_id = str(meta.pop("kb_id", None) or node.node.node_id)
+    title = str(meta.pop("title", None) or kb_id)
+    url = str(meta.pop("url", None) or "")
+    language = meta.pop("language", None)
+    return Article(
+        kb_id=kb_id,
+        title=title,
+        url=url,
+        content=node.node.get_content(),
+        language=str(language) if language else None,
+        metadata=meta,
+    )
+
+
+class ArticleGrouper(BaseNodePostprocessor):
+    """Turns ranked chunk nodes into ranked whole-article nodes (see the module docstring).
+
+    Example:
+        >>> from ragidx.stores.article_store import ArticleStore
+        >>> store = ArticleStore(":memory:")
+        >>> store.save_pending([Article("a", "A", "u", "full text")])
+        >>> chunk = NodeWithScore(node=TextNode(text="full", metadata={"kb_id": "a"}), score=0.7)
+        >>> [n.node.metadata["normalized_rank"] for n in ArticleGrouper(store).postprocess_nodes([chunk])]
+        [0.0]
+    """
+
+    top_n: int | None = Field(default=None, ge=1, description="Articles kept; None keeps every matched article.")
+    score_threshold: float | None = Field(
+        default=None, description="Drop articles whose best chunk scores below this (per reranker)."
+    )
+
+    _articles: ArticleSource = PrivateAttr()
+
+    def __init__(self, articles: ArticleSource, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._articles = articles
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ArticleGrouper"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        return self.group(nodes, top_n=self.top_n, query=query_bundle.query_str if query_bundle else None)
+
+    def group(
+        self, nodes: Sequence[NodeWithScore], top_n: int | None = None, query: str | None = None
+    ) -> list[NodeWithScore]:
+        """Group, load, rank. ``top_n`` overrides the configured article count for this call."""
+        groups = group_chunks(nodes)
+        if self.score_threshold is not None:
+            groups = [g for g in groups if g.score >= self.score_threshold]
+        # Load a few spares so an article missing from the store does not shorten the answer.
+        wanted = groups if top_n is None else groups[: top_n + 5]
+        loaded = self._articles.get([g.kb_id for g in wanted]) if wanted else {}
+        missing = [g.kb_id for g in wanted if g.kb_id not in loaded]
+        if missing:
+            logger.warning("%d matched articles are not in the article store: %s", len(missing), missing[:5])
+        kept = [g for g in wanted if g.kb_id in loaded]
+        if top_n is not None:
+            kept = kept[:top_n]
+        out = []
+        last = len(kept) - 1
+        for rank, g in enumerate(kept):
+            article = loaded[g.kb_id].with_metadata(
+                **{
+                    RERANK_SCORE: g.score,
+                    NORMALIZED_RANK: rank / last if last > 0 else 0.0,
+                    ARTICLE_RANK: rank,
+                    MATCHED_CHUNKS: list(g.chunk_ids),
+                }
+            )
+            out.append(article_to_node(article, g.score))
+        dispatcher.event(
+            ArticlesGroupedEvent(
+                query=query,
+                chunk_count=len(nodes),
+                kb_ids=[g.kb_id for g in kept],
+                scores=[g.score for g in kept],
+                missing_kb_ids=missing,
+            )
+        )
+        logger.debug("grouped %d chunks into %d articles", len(nodes), len(out))
+        return out

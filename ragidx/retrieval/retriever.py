@@ -1,0 +1,198 @@
+"""ArticleRetriever: hybrid chunk search → chunk rerank → whole ranked articles.
+
+The chain, each step a LlamaIndex component:
+
+1. ``VectorIndexRetriever`` over the chunk store, hybrid mode by default (dense + full text fused
+   with ``alpha``), ``candidate_chunks`` chunks;
+2. a chunk reranker (``BaseNodePostprocessor``; offline, Cohere, cross-encoder or none) keeps
+   ``rerank_top_n`` chunks;
+3. ``ArticleGrouper`` groups by kb_id (MAX score), loads the complete articles and ranks them.
+
+It returns ``Article`` objects, uncompressed, with ``rerank_score``, ``normalized_rank``,
+``article_rank`` and ``matched_chunk_ids`` in their metadata. Nothing here counts tokens: the
+context budget downstream decides what fits.
+
+Example:
+    >>> retriever = ArticleRetriever(chunk_store, article_store, embed_model)  # doctest: +SKIP
+    >>> [a.kb_id for a in retriever.retrieve("insert a table", top_k=3)]     # doctest: +SKIP
+    ['lo-42', 'lo-7', 'lo-13']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Literal
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQueryMode,
+)
+
+from ragidx.article import Article
+from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node
+
+__all__ = ["ArticleRetriever", "SearchMode"]
+
+logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+
+SearchMode = Literal["hybrid", "dense", "text"]
+_MODES = {
+    "hybrid": VectorStoreQueryMode.HYBRID,
+    "dense": VectorStoreQueryMode.DEFAULT,
+    "text": VectorStoreQueryMode.TEXT_SEARCH,
+}
+
+
+class ArticleRetriever:
+    """Retrieves whole articles, best first, through the chunk search → rerank → group chain.
+
+    Args:
+        chunk_store: a LlamaIndex vector store holding the chunks (``stores_text=True``).
+        article_store: where complete articles come from (``ArticleStore``).
+        embed_model: the embedding model the chunks were indexed with.
+        reranker: chunk reranker, or None to rank by the search score alone.
+        mode: ``"hybrid"`` (default), ``"dense"`` or ``"text"`` search.
+        alpha: hybrid weight, 1.0 = vector only, 0.0 = keyword only.
+        candidate_chunks: chunks fetched by search.
+        rerank_top_n: chunks kept after reranking (raised to ``top_k`` when a call asks for more).
+        top_k: articles returned when a call does not say.
+        score_threshold: drop articles whose best chunk scores below this.
+        filters: metadata filters applied to every search (e.g. a tenant).
+
+    Example:
+        >>> r = ArticleRetriever(store, articles, embed, reranker=OfflineChunkReranker())  # doctest: +SKIP
+        >>> r.retrieve("how do I insert a table?")[0].metadata["normalized_rank"]          # doctest: +SKIP
+        0.0
+    """
+
+    def __init__(
+        self,
+        chunk_store: BasePydanticVectorStore,
+        article_store: ArticleSource,
+        embed_model: Any,
+        *,
+        reranker: BaseNodePostprocessor | None = None,
+        mode: SearchMode = "hybrid",
+        alpha: float = 0.5,
+        candidate_chunks: int = 50,
+        rerank_top_n: int = 30,
+        top_k: int = 5,
+        score_threshold: float | None = None,
+        filters: MetadataFilters | None = None,
+    ) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1] (1.0 = vector only), got {alpha}")
+        for name, value in (
+            ("candidate_chunks", candidate_chunks),
+            ("rerank_top_n", rerank_top_n),
+            ("top_k", top_k),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.chunk_store = chunk_store
+        self.article_store = article_store
+        self.embed_model = embed_model
+        self.reranker = reranker
+        self.mode: SearchMode = mode
+        self.alpha = alpha
+        self.candidate_chunks = candidate_chunks
+        self.rerank_top_n = rerank_top_n
+        self.top_k = top_k
+        self.filters = filters
+        self.grouper = ArticleGrouper(article_store, top_n=top_k, score_threshold=score_threshold)
+        self._chunk_retriever: BaseRetriever | None = None
+        self._lock = threading.Lock()
+
+    # --- the chain, step by step -------------------------------------------------------------------
+    @property
+    def chunk_retriever(self) -> BaseRetriever:
+        """The LlamaIndex ``VectorIndexRetriever`` for the search step (built on first use)."""
+        if self._chunk_retriever is None:
+            with self._lock:
+                if self._chunk_retriever is None:
+                    from llama_index.core import VectorStoreIndex
+
+                    index = VectorStoreIndex.from_vector_store(self.chunk_store, embed_model=self.embed_model)
+                    self._chunk_retriever = index.as_retriever(
+                        similarity_top_k=self.candidate_chunks,
+                        sparse_top_k=self.candidate_chunks,
+                        vector_store_query_mode=_MODES[self.mode],
+                        alpha=self.alpha if self.mode == "hybrid" else None,
+                        filters=self.filters,
+                    )
+        return self._chunk_retriever
+
+    def search(self, query: str) -> list[NodeWithScore]:
+        """Step 1: candidate chunks, best first by the search score."""
+        return self.chunk_retriever.retrieve(_bundle(query))
+
+    async def asearch(self, query: str) -> list[NodeWithScore]:
+        # Stores without native async (LanceDB) would block the event loop: run in a thread.
+        return await asyncio.to_thread(self.search, query)
+
+    def rerank(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[NodeWithScore]:
+        """Step 2: rerank the candidates and keep ``rerank_top_n`` (at least ``top_k``)."""
+        if self.reranker is None:
+            return chunks[: self._rerank_keep(top_k)]
+        return self.reranker.postprocess_nodes(chunks, query_bundle=_bundle(query))[: self._rerank_keep(top_k)]
+
+    async def arerank(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[NodeWithScore]:
+        if self.reranker is None:
+            return chunks[: self._rerank_keep(top_k)]
+        out = await self.reranker.apostprocess_nodes(chunks, query_bundle=_bundle(query))
+        return out[: self._rerank_keep(top_k)]
+
+    def group(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[Article]:
+        """Step 3: whole articles, ranked, with their rank metadata."""
+        nodes = self.grouper.group(chunks, top_n=top_k or self.top_k, query=query)
+        return [article_from_node(n) for n in nodes]
+
+    # --- the whole chain -----------------------------------------------------------------------------
+    @dispatcher.span
+    def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        """Articles for ``query``, best first, uncompressed, with ranks in their metadata.
+
+        Args:
+            query: the search text.
+            top_k: articles to return; None uses the configured ``top_k``.
+        """
+        self._check(query, top_k)
+        chunks = self.search(query)
+        reranked = self.rerank(query, chunks, top_k)
+        articles = self.group(query, reranked, top_k)
+        logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
+        return articles
+
+    @dispatcher.span
+    async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        """Async ``retrieve``: the same chain; blocking store calls run in worker threads."""
+        self._check(query, top_k)
+        chunks = await self.asearch(query)
+        reranked = await self.arerank(query, chunks, top_k)
+        articles = await asyncio.to_thread(self.group, query, reranked, top_k)
+        logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
+        return articles
+
+    def _rerank_keep(self, top_k: int | None) -> int:
+        return max(self.rerank_top_n, top_k or self.top_k)
+
+    @staticmethod
+    def _check(query: str, top_k: int | None) -> None:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1 (or None for the configured default), got {top_k}")
+
+
+def _bundle(query: str) -> QueryBundle:
+    return QueryBundle(query_str=query)

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.retrieval.article_grouper import (
+    ArticleGrouper,
+    ArticlesGroupedEvent,
+    article_from_node,
+    article_to_node,
+    group_chunks,
+)
+from tests.retrieval.helpers import DictArticles, article, chunk, snapshot
+
+
+def grouper(*kb_ids: str, **kwargs: object) -> ArticleGrouper:
+    return ArticleGrouper(DictArticles([article(k) for k in kb_ids]), **kwargs)  # type: ignore[arg-type]
+
+
+def test_article_score_is_the_max_of_its_chunks_not_the_first_or_the_sum() -> None:
+    nodes = [chunk("a", 0, 0.2), chunk("b", 0, 0.5), chunk("a", 1, 0.9), chunk("b", 1, 0.45), chunk("c", 0, 0.7)]
+    out = grouper("a", "b", "c").postprocess_nodes(nodes)
+    assert [n.node.node_id for n in out] == ["a", "c", "b"]
+    assert [n.node.metadata[RERANK_SCORE] for n in out] == [0.9, 0.7, 0.5]
+    assert [n.score for n in out] == [0.9, 0.7, 0.5]
+
+
+def test_ranks_are_zero_based_and_normalized_from_best_to_worst() -> None:
+    nodes = [chunk(k, 0, s) for k, s in (("a", 0.9), ("b", 0.8), ("c", 0.3), ("d", 0.1), ("e", 0.05))]
+    out = grouper("a", "b", "c", "d", "e").postprocess_nodes(nodes)
+    assert [n.node.metadata[ARTICLE_RANK] for n in out] == [0, 1, 2, 3, 4]
+    assert [n.node.metadata[NORMALIZED_RANK] for n in out] == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_a_lone_article_gets_normalized_rank_zero() -> None:
+    out = grouper("a").postprocess_nodes([chunk("a", 0, 0.4), chunk("a", 1, 0.1)])
+    assert len(out) == 1
+    assert out[0].node.metadata[NORMALIZED_RANK] == 0.0
+    assert out[0].node.metadata[ARTICLE_RANK] == 0
+
+
+def test_matched_chunk_ids_are_the_articles_own_chunks_best_first() -> None:
+    nodes = [chunk("a", 0, 0.2), chunk("b", 0, 0.5), chunk("a", 1, 0.9), chunk("a", 2, 0.4)]
+    out = grouper("a", "b").postprocess_nodes(nodes)
+    assert out[0].node.metadata[MATCHED_CHUNKS] == ["a#1", "a#2", "a#0"]
+    assert out[1].node.metadata[MATCHED_CHUNKS] == ["b#0"]
+
+
+def test_the_whole_article_is_returned_not_the_chunk() -> None:
+    out = grouper("a").postprocess_nodes([chunk("a", 3, 0.5, text="a fragment")])
+    art = article_from_node(out[0])
+    assert art.content == "full text of a"
+    assert (art.kb_id, art.title, art.url) == ("a", "Title a", "https://kb/a")
+
+
+def test_ties_keep_the_order_in_which_articles_arrived() -> None:
+    out = grouper("x", "y", "z").postprocess_nodes([chunk("y", 0, 0.5), chunk("x", 0, 0.5), chunk("z", 0, 0.5)])
+    assert [n.node.node_id for n in out] == ["y", "x", "z"]
+
+
+def test_top_n_cuts_after_sorting_and_ranks_span_the_returned_list() -> None:
+    nodes = [chunk(k, 0, s) for k, s in (("a", 0.1), ("b", 0.9), ("c", 0.5), ("d", 0.7))]
+    out = grouper("a", "b", "c", "d", top_n=2).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in out] == ["b", "d"]
+    assert [n.node.metadata[NORMALIZED_RANK] for n in out] == [0.0, 1.0]
+
+
+def test_score_threshold_drops_weak_articles_before_ranking() -> None:
+    nodes = [chunk("a", 0, 0.9), chunk("b", 0, 0.2), chunk("c", 0, 0.6)]
+    out = grouper("a", "b", "c", score_threshold=0.5).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in out] == ["a", "c"]
+    assert out[-1].node.metadata[NORMALIZED_RANK] == 1.0
+
+
+def test_an_article_missing_from_the_store_is_skipped_and_the_next_one_fills_in() -> None:
+    nodes = [chunk("gone", 0, 0.9), chunk("a", 0, 0.8), chunk("b", 0, 0.7)]
+    out = grouper("a", "b", top_n=2).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in out] == ["a", "b"]
+    assert out[0].node.metadata[ARTICLE_RANK] == 0
+
+
+def test_chunks_without_kb_id_fall_back_to_the_source_document_or_are_skipped() -> None:
+    orphan = NodeWithScore(node=TextNode(id_="orphan", text="x"), score=0.99)
+    out = grouper("a").postprocess_nodes([orphan, chunk("a", 0, 0.1)])
+    assert [n.node.node_id for n in out] == ["a"]
+
+
+def test_a_chunk_without_a_score_counts_as_zero() -> None:
+    groups = group_chunks([chunk("a", 0, None), chunk("b", 0, 0.1)])
+    assert [(g.kb_id, g.score) for g in groups] == [("b", 0.1), ("a", 0.0)]
+
+
+def test_inputs_are_not_mutated_and_store_articles_are_not_changed() -> None:
+    nodes = [chunk("a", 0, 0.2), chunk("b", 0, 0.5), chunk("a", 1, 0.9)]
+    source = DictArticles([article("a"), article("b")])
+    before = snapshot(nodes)
+    stored_before = dict(source.articles["a"].metadata)
+    ArticleGrouper(source).postprocess_nodes(nodes)
+    assert snapshot(nodes) == before
+    assert source.articles["a"].metadata == stored_before
+
+
+def test_empty_input_returns_nothing_and_does_not_query_the_store() -> None:
+    source = DictArticles([article("a")])
+    assert ArticleGrouper(source).postprocess_nodes([]) == []
+    assert source.requests == []
+
+
+def test_article_node_round_trip_keeps_fields_and_metadata() -> None:
+    original = Article("k", "T", "u", "body", "ru", {"source": "s", RERANK_SCORE: 0.5})
+    back = article_from_node(article_to_node(original, 0.5))
+    assert back == original
+
+
+def test_article_nodes_show_only_the_title_to_the_llm() -> None:
+    node = article_to_node(article("a"), 0.3).node
+    assert set(node.excluded_llm_metadata_keys) == set(node.metadata) - {"title"}
+
+
+class _Collect(BaseEventHandler):
+    events: list = []
+
+    def handle(self, event: object, **kwargs: object) -> None:
+        self.events.append(event)
+
+
+def test_grouping_emits_an_instrumentation_event() -> None:
+    handler = _Collect(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        grouper("a", "b").postprocess_nodes([chunk("a", 0, 0.2), chunk("b", 0, 0.5)], query_str="q")
+    finally:
+        root.event_handlers.remove(handler)
+    grouped = [e for e in handler.events if isinstance(e, ArticlesGroupedEvent)]
+    assert len(grouped) == 1
+    assert grouped[0].kb_ids == ["b", "a"] and grouped[0].chunk_count == 2 and grouped[0].query == "q"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdefg"), st.floats(min_value=-5, max_value=5, allow_nan=False)),
+        min_size=0,
+        max_size=30,
+    ),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+)
+def test_ranking_invariants_hold_for_any_chunks(pairs: list[tuple[str, float]], top_n: int | None) -> None:
+    nodes = [chunk(k, i, s) for i, (k, s) in enumerate(pairs)]
+    out = grouper(*"abcdefg", top_n=top_n).postprocess_nodes(nodes)
+    ids = [n.node.node_id for n in out]
+    scores = [n.node.metadata[RERANK_SCORE] for n in out]
+    ranks = [n.node.metadata[NORMALIZED_RANK] for n in out]
+    assert len(ids) == len(set(ids)), "one entry per kb_id"
+    assert scores == sorted(scores, reverse=True), "sorted best first"
+    assert all(0.0 <= r <= 1.0 for r in ranks)
+    assert ranks == sorted(ranks)
+    if out:
+        assert ranks[0] == 0.0
+        assert ranks[-1] == (1.0 if len(out) > 1 else 0.0)
+    best = {}
+    for k, s in pairs:
+        best[k] = max(best.get(k, s), s)
+    assert all(best[i] == s for i, s in zip(ids, scores, strict=True)), "score is the max of the chunks"
+    expected_count = len(best) if top_n is None else min(top_n, len(best))
+    assert len(out) == expected_count
+
+
+def test_top_n_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        grouper("a", top_n=0)

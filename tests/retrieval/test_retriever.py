@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent
+
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE
+from ragidx.retrieval.article_grouper import ArticlesGroupedEvent
+from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+from ragidx.retrieval.retriever import ArticleRetriever
+from tests.retrieval.helpers import KB, build_kb
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return build_kb(tmp_path_factory.mktemp("kb"))
+
+
+def make(kb, **kwargs) -> ArticleRetriever:  # type: ignore[no-untyped-def]
+    chunks, articles, embed = kb
+    return ArticleRetriever(chunks, articles, embed, **kwargs)
+
+
+def test_full_chain_returns_whole_ranked_articles(kb) -> None:  # type: ignore[no-untyped-def]
+    retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3)
+    articles = retriever.retrieve("how do I insert a table in Writer")
+    assert articles[0].kb_id == "tables"
+    assert len(articles) <= 3 and len({a.kb_id for a in articles}) == len(articles)
+    full = {a.kb_id: a for a in KB}
+    for rank, a in enumerate(articles):
+        assert a.content == full[a.kb_id].content  # uncompressed, whole
+        assert a.metadata[ARTICLE_RANK] == rank
+        assert 0.0 <= a.metadata[NORMALIZED_RANK] <= 1.0
+        assert a.metadata[MATCHED_CHUNKS]
+    scores = [a.metadata[RERANK_SCORE] for a in articles]
+    assert scores == sorted(scores, reverse=True)
+    assert articles[0].metadata[NORMALIZED_RANK] == 0.0
+
+
+def test_top_k_per_call_overrides_the_default(kb) -> None:  # type: ignore[no-untyped-def]
+    retriever = make(kb, top_k=1, rerank_top_n=1)
+    assert len(retriever.retrieve("insert a table")) == 1
+    assert len(retriever.retrieve("insert a table", top_k=4)) == 4  # rerank keeps at least top_k chunks
+
+
+def test_hybrid_results_differ_from_dense_ones(kb) -> None:  # type: ignore[no-untyped-def]
+    # A store that silently ran dense for "hybrid" would give identical lists and scores.
+    query = "docker volume create"
+    dense = make(kb, mode="dense", candidate_chunks=6).search(query)
+    hybrid = make(kb, mode="hybrid", alpha=0.5, candidate_chunks=6).search(query)
+    text = make(kb, mode="text", candidate_chunks=6).search(query)
+    assert text, "full-text search found nothing: is the FTS index built?"
+    assert [(n.node.node_id, round(n.score or 0, 6)) for n in dense] != [
+        (n.node.node_id, round(n.score or 0, 6)) for n in hybrid
+    ]
+    assert all(0.0 <= (n.score or 0) <= 1.0 for n in hybrid)  # fused scores, not raw BM25
+
+
+def test_alpha_moves_hybrid_between_keyword_and_vector(kb) -> None:  # type: ignore[no-untyped-def]
+    query = "insert image picture"
+    keywordish = [n.node.node_id for n in make(kb, alpha=0.0).search(query)]
+    text = [n.node.node_id for n in make(kb, mode="text").search(query)]
+    assert keywordish == text
+
+
+def test_async_retrieve_matches_sync(kb) -> None:  # type: ignore[no-untyped-def]
+    retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3)
+    sync = retriever.retrieve("print the document")
+    result = asyncio.run(retriever.aretrieve("print the document"))
+    assert [a.kb_id for a in result] == [a.kb_id for a in sync]
+    assert [a.metadata[RERANK_SCORE] for a in result] == [a.metadata[RERANK_SCORE] for a in sync]
+
+
+def test_no_reranker_ranks_by_the_search_score(kb) -> None:  # type: ignore[no-untyped-def]
+    articles = make(kb, reranker=None, top_k=2).retrieve("spelling")
+    assert articles[0].kb_id == "spell"
+
+
+class _Collect(BaseEventHandler):
+    events: list = []
+
+    def handle(self, event: object, **kwargs: object) -> None:
+        self.events.append(event)
+
+
+def test_rerank_and_grouping_events_reach_a_tracer(kb) -> None:  # type: ignore[no-untyped-def]
+    handler = _Collect(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        make(kb, reranker=OfflineChunkReranker()).retrieve("insert a table")
+    finally:
+        root.event_handlers.remove(handler)
+    names = {type(e).__name__ for e in handler.events}
+    assert {"RetrievalStartEvent", "RetrievalEndEvent"} <= names
+    assert any(isinstance(e, ReRankEndEvent) for e in handler.events)
+    assert any(isinstance(e, ArticlesGroupedEvent) for e in handler.events)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "sparse"}, "mode must be one of"),
+        ({"alpha": 1.5}, "alpha must be in [0, 1]"),
+        ({"candidate_chunks": 0}, "candidate_chunks must be >= 1"),
+        ({"top_k": 0}, "top_k must be >= 1"),
+    ],
+)
+def test_bad_configuration_is_refused_early(kb, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(kb, **kwargs)
+
+
+def test_bad_calls_are_refused(kb) -> None:  # type: ignore[no-untyped-def]
+    retriever = make(kb)
+    with pytest.raises(ValueError, match="non-empty"):
+        retriever.retrieve("  ")
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        retriever.retrieve("table", top_k=0)
+
+
+def test_constructor_touches_nothing(tmp_path: Path) -> None:
+    class Exploding:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"constructor used {name}")
+
+    ArticleRetriever(Exploding(), Exploding(), Exploding())  # type: ignore[arg-type]
