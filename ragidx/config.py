@@ -175,7 +175,9 @@ class Settings(BaseSettings):
     budget_safety_margin_pct: float = Field(default=0.05, ge=0, lt=0.5)
     memory_trigger_pct: float = Field(default=0.80, gt=0, le=1)
     compressor: Literal["extractive", "llm"] = Field(default="extractive")
-    max_tool_rounds: int = Field(default=3, ge=1)
+    max_tool_rounds: int = Field(
+        default=3, ge=1, description="Most retrieval rounds per question (auto mode); most searches in forced mode."
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -129,6 +129,7 @@ class Engine:
             tool_mode=s.llm.effective_tool_mode,
             inline_tool_results=s.llm.effective_inline_tool_results,
             max_tool_rounds=s.max_tool_rounds,
+            max_queries=s.max_tool_rounds,
             fallback_llm=fallback,
             fallback_context_window=s.fallback_llm.context_window if s.fallback_llm else None,
             fallback_max_output_tokens=s.fallback_llm.max_output_tokens if s.fallback_llm else None,

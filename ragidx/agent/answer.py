@@ -58,6 +58,7 @@ class Answer:
     session_id: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
+    model_text: str = ""  # the model's own reply, before citation clean-up or a not-found verdict
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

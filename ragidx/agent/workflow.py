@@ -9,10 +9,10 @@ Two tool protocols, one code path (``tool_mode``):
 - ``auto``: the model sees ``retrieve_context`` with ``tool_choice="auto"`` and calls it as it likes
   (OpenAI, OpenRouter, vLLM with a tool parser).
 - ``forced``: for models that only follow a *forced named* tool call (the local Qwen2.5 through
-  llama-cpp-python's server: ``auto`` returns empty replies, ``required`` fails). The first search is
-  the user's own question; after it, each round forces a ``next_step`` call whose arguments are
-  constrained by its JSON schema (``{"action": "search" | "answer", "query": ...}``), so even a weak
-  model can only choose between searching again and answering.
+  llama-cpp-python's server: ``auto`` returns empty replies, ``required`` fails). On a short prompt the
+  model must call ``plan_searches`` (its JSON schema constrains the output to a list of queries, one per
+  part of the question); the question itself and those queries are searched in one round, then the
+  model answers. One long prompt per question, which is what a slow CPU model can afford.
 
 ``inline_tool_results`` sends tool calls and results as plain assistant/user text, for chat
 templates that drop ``tool`` messages (llama-cpp-python's ``chatml-function-calling`` does). The
@@ -68,14 +68,15 @@ SYSTEM_PROMPT = (
 ANSWER_PROMPT = (
     "You answer the user's question using ONLY the knowledge-base articles in the search results "
     "above. Be concise and practical. After each statement, cite its source as [n] using the "
-    "numbers below. If the articles do not contain the answer, reply with exactly: NOT_FOUND\n\n"
+    "numbers below. Only if no source is about the question at all, reply with exactly: NOT_FOUND\n\n"
     "Sources:\n{sources}"
 )
-NEXT_STEP_PROMPT = (
-    "Decide the next step. Choose action 'search' with a new, short search query if part of the "
-    "question is still not covered by the search results; otherwise choose 'answer'."
+PLAN_PROMPT = (
+    "Before searching, plan. Call plan_searches with 1 to 3 short search queries that together cover every "
+    "part of the question above (one query per part; reuse the question's own words)."
 )
-_NOT_FOUND = re.compile(r"\bNOT[_ ]FOUND\b", re.IGNORECASE)
+# The model's "no answer" signal: the exact token anywhere, or a reply that opens with "not found".
+_NOT_FOUND = re.compile(r"NOT_FOUND|^\W*(?i:not found)\b")
 
 
 class LLMUnavailableError(RuntimeError):
@@ -118,20 +119,19 @@ def _overflow_prompt_tokens(exc: Exception, max_output_tokens: int) -> tuple[boo
     return ("context length" in lowered or "context window" in lowered), None
 
 
-class NextStep(BaseModel):
-    action: Literal["search", "answer"] = Field(description="'search' again, or 'answer' now.")
-    query: str = Field(default="", description="The new search query when action is 'search'.")
+class PlanSearches(BaseModel):
+    queries: list[str] = Field(description="1 to 3 short search queries, one per part of the question.")
 
 
-def _next_step(action: str, query: str = "") -> str:
-    return action
+def _plan_searches(queries: list[str]) -> str:
+    return "\n".join(queries)
 
 
-NEXT_STEP_TOOL = FunctionTool.from_defaults(
-    _next_step,
-    name="next_step",
-    description="Choose the next step: 'search' the knowledge base again with a new query, or 'answer' now.",
-    fn_schema=NextStep,
+PLAN_TOOL = FunctionTool.from_defaults(
+    _plan_searches,
+    name="plan_searches",
+    description="Plan the knowledge-base searches for the question: one short query per part of it.",
+    fn_schema=PlanSearches,
 )
 
 
@@ -222,7 +222,8 @@ class RagAgent(Workflow):
         context_window / max_output_tokens: of ``llm``.
         tool_mode: ``auto`` or ``forced`` (see module docstring).
         inline_tool_results: send tool traffic as plain text (for templates that drop tool messages).
-        max_tool_rounds: most retrieval rounds per question.
+        max_tool_rounds: most retrieval rounds per question (auto mode).
+        max_queries: most searches per question in forced mode (the question + planned queries).
         fallback_llm / fallback_context_window / fallback_max_output_tokens: a larger-context model
             for the answer when the budget says the material cannot fit usefully.
         memory: per-session conversation store.
@@ -246,6 +247,7 @@ class RagAgent(Workflow):
         tool_mode: ToolMode = "auto",
         inline_tool_results: bool = False,
         max_tool_rounds: int = 3,
+        max_queries: int = 3,
         fallback_llm: Any | None = None,
         fallback_context_window: int | None = None,
         fallback_max_output_tokens: int | None = None,
@@ -267,6 +269,7 @@ class RagAgent(Workflow):
         self.tool_mode = tool_mode
         self.inline_tool_results = inline_tool_results
         self.max_tool_rounds = max_tool_rounds
+        self.max_queries = max_queries
         self.fallback_llm = fallback_llm
         self.fallback_context_window = fallback_context_window
         self.fallback_max_output_tokens = fallback_max_output_tokens or max_output_tokens
@@ -291,9 +294,35 @@ class RagAgent(Workflow):
         turn.raw_messages = list(turn.messages)
         turn.shrink = self._learned_shrink.get(_model_name(self.llm), 0)
         if self.tool_mode == "forced":
-            # The first search is the question itself: grounding never depends on a weak model's query.
-            return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
+            return ToolCallsEvent(turn=turn, calls=await self._planned_searches(ctx, turn))
         return DecideEvent(turn=turn)
+
+    async def _planned_searches(self, ctx: Context, turn: _Turn) -> list[ToolSelection]:
+        """Forced mode: the question itself, plus the model's planned queries, all searched in one round.
+
+        Planning happens on a short prompt (no articles yet), so a slow local model pays for one long
+        prompt per question (the answer), not one per decision; the first search is always the question,
+        so grounding never depends on a weak model's query.
+        """
+        forced = {"type": "function", "function": {"name": PLAN_TOOL.metadata.name}}
+        try:
+            response = await self._send(
+                ctx, turn, [PLAN_TOOL], PLAN_PROMPT,
+                lambda msgs: self._chat(turn, msgs, PLAN_PROMPT, tools=[PLAN_TOOL], tool_choice=forced),
+            )  # fmt: skip
+            calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+            planned = calls[0].tool_kwargs.get("queries", []) if calls else []
+        except (LLMUnavailableError, LLMRequestError):
+            raise
+        except Exception as exc:  # an unreadable plan is not fatal: search with the question alone
+            logger.warning("could not read the search plan (%s); searching with the question only", exc)
+            planned = []
+        queries = [turn.question]
+        for q in planned if isinstance(planned, list) else []:
+            q = str(q).strip()
+            if q and _norm(q) not in {_norm(x) for x in queries} and len(queries) < self.max_queries:
+                queries.append(q)
+        return [self._retrieve_call(q) for q in queries]
 
     @step
     async def decide(self, ctx: Context, ev: DecideEvent) -> ToolCallsEvent | AnswerEvent:
@@ -308,18 +337,7 @@ class RagAgent(Workflow):
             calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             calls = [c for c in calls if c.tool_name == self.retrieve_tool.metadata.name]
             return ToolCallsEvent(turn=turn, calls=calls) if calls else AnswerEvent(turn=turn)
-        tools = [NEXT_STEP_TOOL]
-        forced = {"type": "function", "function": {"name": "next_step"}}
-        response = await self._send(
-            ctx, turn, tools, NEXT_STEP_PROMPT,
-            lambda msgs: self._chat(turn, msgs, NEXT_STEP_PROMPT, tools=tools, tool_choice=forced),
-        )  # fmt: skip
-        calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
-        plan = calls[0].tool_kwargs if calls else {}
-        query = str(plan.get("query") or "").strip()
-        if plan.get("action") == "search" and query and _norm(query) not in {_norm(q) for q in turn.queries}:
-            return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(query)])
-        return AnswerEvent(turn=turn)
+        return AnswerEvent(turn=turn)  # forced mode searched everything it planned in one round
 
     @step
     async def run_tools(self, ctx: Context, ev: ToolCallsEvent) -> DecideEvent:
@@ -358,7 +376,8 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         messages = turn.messages
         turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
-        answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text)))
+        answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text.strip())))
+        answer.model_text = text
         return StopEvent(result=answer)
 
     # --- pieces ----------------------------------------------------------------------------------------
@@ -620,7 +639,12 @@ class RagAgent(Workflow):
 
 # --- helpers -------------------------------------------------------------------------------------------
 def to_inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """Tool calls and results as plain assistant / user text, for chat templates without tool messages."""
+    """Tool calls and results as plain assistant / user text, for chat templates without tool messages.
+
+    Article results are written as readable text, each article under the ``[n]`` it has in the answer's
+    source list (the deduplicated ranking), which small models follow far better than JSON.
+    """
+    numbers = {str(a.get("kb_id")): i for i, a in enumerate(_articles_shown(messages), start=1)}
     out: list[ChatMessage] = []
     for m in messages:
         if has_tool_calls(m):
@@ -629,10 +653,27 @@ def to_inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
             out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
         elif m.role == MessageRole.TOOL:
             name = m.additional_kwargs.get("name", "tool")
-            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{message_text(m)}"))
+            payload = parse_tool_payload(m)
+            body = _articles_as_text(payload, numbers) if payload is not None else message_text(m)
+            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{body}"))
         else:
             out.append(m)
     return out
+
+
+def _articles_as_text(payload: dict[str, Any], numbers: dict[str, int]) -> str:
+    parts = []
+    for a in payload["articles"]:
+        n = numbers.get(str(a.get("kb_id")))
+        label = f"[{n}] " if n else ""
+        title = a.get("title") or a.get("kb_id") or ""
+        if a.get(REFERENCE_KEY) or not a.get("content"):
+            parts.append(f"{label}{title} (shown above)")
+        else:
+            parts.append(f"{label}{title}\n{a['content']}")
+    if payload.get("error"):
+        parts.append(f"Search error: {payload['error']}")
+    return "\n\n".join(parts) or "No articles found."
 
 
 def _articles_shown(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
