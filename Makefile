@@ -31,12 +31,12 @@ demo: install
 	$(BIN)/ragidx ask "$(QUESTION)"
 
 test: install
-	$(BIN)/ruff check ragidx ingestion tests
+	$(BIN)/ruff check ragidx ingestion tests benchmarks streamlit_app.py
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check ragidx ingestion tests
+	$(BIN)/ruff check ragidx ingestion tests benchmarks streamlit_app.py
 	$(BIN)/ruff format --check ragidx ingestion tests
 	$(BIN)/mypy
 

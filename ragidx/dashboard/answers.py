@@ -1,0 +1,176 @@
+"""An ``Answer`` as the rows, numbers and notes the chat page shows. Plain data, no Streamlit.
+
+Example:
+    >>> from ragidx.agent.answer import Answer, Citation
+    >>> a = Answer(question="q", text="Use Insert > Table [1].", citations=[Citation(1, "k", "Tables", "https://x")])
+    >>> citation_lines(a)
+    ['[1] [Tables](https://x)']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragidx.agent.answer import Answer
+from ragidx.budget.report import BudgetReport
+
+__all__ = [
+    "AnswerStream",
+    "BudgetView",
+    "article_rows",
+    "budget_view",
+    "citation_lines",
+    "default_call",
+    "flash_reasons",
+    "token_rows",
+]
+
+FLASH_REASON = "flash_reason"  # the flash reranker's metadata key (ragidx.retrieval.flash.reranker)
+FLASH_EXCERPT = "flash_excerpt"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
+def citation_lines(answer: Answer) -> list[str]:
+    """``[n] [title](url)`` per cited article (the kb_id stands in for a missing url)."""
+    lines = []
+    for c in answer.citations:
+        title = _md_escape(c.title or c.kb_id)
+        lines.append(f"[{c.number}] [{title}]({c.url})" if c.url else f"[{c.number}] {title} ({c.kb_id})")
+    return lines
+
+
+def article_rows(answer: Answer) -> list[dict[str, Any]]:
+    """One row per article the model was shown, best first, with its ranks and whether it is cited."""
+    cited = {c.kb_id: c.number for c in answer.citations}
+    rows = []
+    for i, article in enumerate(answer.articles, start=1):
+        meta = article.get("metadata") or {}
+        row: dict[str, Any] = {
+            "#": i,
+            "title": article.get("title") or article.get("kb_id", ""),
+            "rerank_score": _float(meta.get("rerank_score")),
+            "normalized_rank": _float(meta.get("normalized_rank")),
+            "cited": f"[{cited[article.get('kb_id', '')]}]" if article.get("kb_id") in cited else "",
+        }
+        if meta.get(FLASH_REASON):
+            row["flash_reason"] = str(meta[FLASH_REASON])
+        row["kb_id"] = article.get("kb_id", "")
+        rows.append(row)
+    return rows
+
+
+def flash_reasons(answer: Answer) -> list[tuple[str, str]]:
+    """``(title, reason)`` for every article the flash reranker explained; empty when it was off."""
+    out = []
+    for article in answer.articles:
+        meta = article.get("metadata") or {}
+        if meta.get(FLASH_REASON):
+            out.append((str(article.get("title") or article.get("kb_id")), str(meta[FLASH_REASON])))
+    return out
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else round(float(value), 4)
+    except (TypeError, ValueError):
+        return None
+
+
+def default_call(reports: Sequence[BudgetReport]) -> int:
+    """The LLM call to show first: the last one whose budget measured articles, else the last call."""
+    for i in range(len(reports) - 1, -1, -1):
+        if reports[i].articles:
+            return i
+    return max(0, len(reports) - 1)
+
+
+def token_rows(report: BudgetReport) -> list[dict[str, Any]]:
+    """Long-form rows for the tokens chart: each article's tokens ``before`` and ``after`` the budget."""
+    rows = []
+    for i, a in enumerate(report.articles, start=1):
+        label = f"{i}. {a.title or a.kb_id}"
+        for stage, tokens in (("before", a.tokens_before), ("after", a.tokens_after)):
+            rows.append(
+                {
+                    "article": label,
+                    "stage": stage,
+                    "tokens": tokens,
+                    "status": a.status,
+                    "normalized_rank": a.normalized_rank,
+                }
+            )
+    return rows
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """What the budget did for one LLM call, as the page states it."""
+
+    compressor: str
+    path: str
+    tokens_before: int
+    tokens_after: int
+    context_window: int
+    trigger_tokens: int
+    target_tokens: int
+    hard_limit_tokens: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def used_pct(self) -> float:
+        return 100.0 * self.tokens_after / self.context_window if self.context_window else 0.0
+
+
+def budget_view(report: BudgetReport, answer: Answer | None = None) -> BudgetView:
+    """Summary of ``report``; ``notes`` name every fallback (model, compressor output, recommendation)."""
+    notes = []
+    if report.fallback_recommended:
+        notes.append(f"budget recommends a larger model: {report.fallback_reason or 'material does not fit'}")
+    for a in report.articles:
+        if a.fallback_reason:
+            notes.append(f"{a.title or a.kb_id}: compressor output replaced ({a.fallback_reason})")
+    if answer is not None and answer.fallback_reason:
+        notes.append(f"answered by fallback model {answer.model!r}: {answer.fallback_reason}")
+    return BudgetView(
+        compressor=report.compressor or "none",
+        path=" → ".join(report.path) if report.path else "—",
+        tokens_before=report.tokens_before,
+        tokens_after=report.tokens_after,
+        context_window=report.context_window,
+        trigger_tokens=report.trigger_tokens,
+        target_tokens=report.target_tokens,
+        hard_limit_tokens=report.hard_limit_tokens,
+        notes=notes,
+    )
+
+
+class AnswerStream:
+    """Split ``Engine.stream_ask`` output into its text pieces and the final ``Answer``.
+
+    Example:
+        >>> s = AnswerStream(iter(["Hel", "lo", Answer(question="q", text="Hello")]))
+        >>> "".join(s.pieces()), s.answer.text
+        ('Hello', 'Hello')
+    """
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self._items = items
+        self._answer: Answer | None = None
+
+    def pieces(self) -> Iterator[str]:
+        for item in self._items:
+            if isinstance(item, str):
+                yield item
+            else:
+                self._answer = item
+
+    @property
+    def answer(self) -> Answer:
+        if self._answer is None:
+            raise RuntimeError("the stream ended without an Answer; consume pieces() to the end first")
+        return self._answer

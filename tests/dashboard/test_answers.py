@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+
+from ragidx.agent.answer import Answer, Citation
+from ragidx.budget.report import ArticleOutcome, BudgetReport
+from ragidx.dashboard.answers import (
+    AnswerStream,
+    article_rows,
+    budget_view,
+    citation_lines,
+    default_call,
+    flash_reasons,
+    token_rows,
+)
+
+
+def _article(kb_id: str, title: str, score: float, rank: float, **meta: object) -> dict[str, object]:
+    return {
+        "kb_id": kb_id,
+        "title": title,
+        "url": "",
+        "content": "x",
+        "metadata": {"rerank_score": score, "normalized_rank": rank, **meta},
+    }
+
+
+def test_citation_lines_link_titles_and_escape_brackets() -> None:
+    answer = Answer(
+        question="q",
+        text="t [1] [2]",
+        citations=[Citation(1, "a", "Tables [Writer]", "https://kb/a"), Citation(2, "b", "", "")],
+    )
+    assert citation_lines(answer) == ["[1] [Tables \\[Writer\\]](https://kb/a)", "[2] b (b)"]
+
+
+def test_article_rows_keep_order_ranks_citations_and_flash_reasons() -> None:
+    answer = Answer(
+        question="q",
+        text="t",
+        citations=[Citation(1, "b", "B", "")],
+        articles=[_article("a", "A", 2.5, 0.0), _article("b", "B", 1.23456, 1.0, flash_reason="names the menu")],
+    )
+    rows = article_rows(answer)
+    assert [(r["#"], r["kb_id"], r["rerank_score"], r["normalized_rank"], r["cited"]) for r in rows] == [
+        (1, "a", 2.5, 0.0, ""),
+        (2, "b", 1.2346, 1.0, "[1]"),
+    ]
+    assert "flash_reason" not in rows[0] and rows[1]["flash_reason"] == "names the menu"
+    assert flash_reasons(answer) == [("B", "names the menu")]
+
+
+def test_token_rows_give_before_and_after_per_article() -> None:
+    report = BudgetReport(
+        context_window=4096,
+        articles=[
+            ArticleOutcome(kb_id="a", title="A", tokens_before=900, tokens_after=400, status="compressed"),
+            ArticleOutcome(kb_id="b", tokens_before=300, tokens_after=0, status="dropped", normalized_rank=1.0),
+        ],
+    )
+    assert [(r["article"], r["stage"], r["tokens"], r["status"]) for r in token_rows(report)] == [
+        ("1. A", "before", 900, "compressed"),
+        ("1. A", "after", 400, "compressed"),
+        ("2. b", "before", 300, "dropped"),
+        ("2. b", "after", 0, "dropped"),
+    ]
+
+
+def test_budget_view_names_every_fallback() -> None:
+    report = BudgetReport(
+        context_window=4096,
+        tokens_before=6000,
+        tokens_after=3000,
+        path=["deduplicated", "compressed", "fallback_recommended"],
+        compressor="llm_summary",
+        fallback_recommended=True,
+        fallback_reason="articles below the minimum",
+        articles=[ArticleOutcome(kb_id="a", title="A", fallback_reason="overshoot")],
+    )
+    answer = Answer(question="q", text="t", model="gpt-4o", fallback_reason="window too small")
+    view = budget_view(report, answer)
+    assert view.path == "deduplicated → compressed → fallback_recommended" and view.compressor == "llm_summary"
+    assert view.notes == [
+        "budget recommends a larger model: articles below the minimum",
+        "A: compressor output replaced (overshoot)",
+        "answered by fallback model 'gpt-4o': window too small",
+    ]
+    assert round(view.used_pct) == 73
+
+
+def test_default_call_prefers_the_last_call_that_measured_articles() -> None:
+    with_articles = BudgetReport(context_window=1, articles=[ArticleOutcome(kb_id="a")])
+    empty = BudgetReport(context_window=1)
+    assert default_call([empty, with_articles, empty]) == 1
+    assert default_call([empty, empty]) == 1
+    assert default_call([]) == 0
+
+
+def test_answer_stream_splits_text_and_answer() -> None:
+    final = Answer(question="q", text="Hello [1]")
+    stream = AnswerStream(iter(["Hel", "lo [1]", final]))
+    assert list(stream.pieces()) == ["Hel", "lo [1]"] and stream.answer is final
+    unfinished = AnswerStream(iter(["x"]))
+    with pytest.raises(RuntimeError, match="ended without an Answer"):
+        _ = unfinished.answer

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ragidx.config import Settings
+from ragidx.dashboard.uploads import check_upload, ingest_upload
+from tests.dashboard.fakes import make_engine
+
+
+def test_check_upload_accepts_known_types_and_refuses_the_rest() -> None:
+    assert check_upload("kb.JSONL", b"{}") is None and check_upload("a.md", b"# A") is None
+    assert check_upload("a.html", b"<p>x</p>") is None
+    assert check_upload("README", b"x").startswith("README: unsupported file type (no extension)")
+    assert check_upload("a.jsonl", b" \n\n").startswith("a.jsonl is empty")
+
+
+def test_ingest_upload_reports_progress_and_numbers(tmp_path: Path) -> None:
+    lines = [json.dumps({"id": f"k{i}", "title": f"T{i}", "text": f"Article {i} about tables."}) for i in range(5)]
+    seen: list[tuple[int, int | None]] = []
+    with make_engine(Settings(data_dir=tmp_path)) as engine:
+        result = ingest_upload(
+            engine,
+            "../../etc/kb.jsonl",
+            "\n".join(lines).encode(),
+            on_progress=lambda d, t: seen.append((d, t)),
+            batch_articles=2,
+        )
+        assert engine.stats()["articles"] == 5
+        again = ingest_upload(engine, "kb.jsonl", "\n".join(lines).encode())
+    assert result.ok and result.report["new"] == 5 and result.report["source"] == "../../etc/kb.jsonl"
+    assert seen == [(i, 5) for i in range(1, 6)]
+    assert again.report["unchanged"] == 5
+    assert not (tmp_path.parent / "etc").exists()
+
+
+def test_an_upload_without_one_readable_article_is_an_error(tmp_path: Path) -> None:
+    with make_engine(Settings(data_dir=tmp_path)) as engine:
+        result = ingest_upload(engine, "bad.jsonl", b'{"id": "x"}\n\xff\xfe\n')
+    assert not result.ok and result.error is not None
+    assert result.error.startswith("bad.jsonl: no article could be read (bad.jsonl:1:")
+    assert "bad.jsonl:2: not UTF-8" in result.error and "/tmp" not in result.error

@@ -1,0 +1,66 @@
+"""The CLI as a user runs it: ingest, search, stats, delete, and clear messages on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragidx.cli import main
+
+
+@pytest.fixture(scope="module")
+def kb_dir(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Path:
+    data = tmp_path_factory.mktemp("cli-kb")
+    assert main(["--data-dir", str(data), "ingest", writer_kb_file, "--quiet"]) == 0
+    return data
+
+
+@pytest.mark.slow
+def test_ingest_then_search_finds_the_right_article(kb_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["--data-dir", str(kb_dir), "search", "how to create a table of contents", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert "Creating a Table of Contents" in [r["title"] for r in rows[:3]]
+    assert [r["article_rank"] for r in rows] == list(range(len(rows)))
+    assert rows[0]["normalized_rank"] == 0.0 and all(r["url"].startswith("https://help.libreoffice.org") for r in rows)
+    assert main(["--data-dir", str(kb_dir), "search", "print several pages on one sheet"]) == 0
+    text = capsys.readouterr().out
+    assert " 1. [" in text and "Printing Multiple Pages on One Sheet" in text
+
+
+@pytest.mark.slow
+def test_reingest_is_free_and_stats_and_delete_work(
+    kb_dir: Path, writer_kb_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["--data-dir", str(kb_dir), "ingest", writer_kb_file, "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["new"], report["unchanged"], report["chunks_written"]) == (0, 26, 0)
+    assert main(["--data-dir", str(kb_dir), "stats"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["articles"] == 26 and stats["pending"] == 0 and stats["chunks"] > 26
+
+
+@pytest.mark.slow
+def test_bad_lines_are_listed_and_the_rest_ingested(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(
+        b'{"id": "ok1", "title": "Margins", "text": "Set page margins with Format > Page Style."}\n'
+        b'{"id": "broken", "text": \n'
+        b'{"id": "nul", "text": "caf\xe9"}\n'
+        b'{"id": "ok2", "title": "Columns", "text": "Use Format > Columns to set text columns."}\n'
+    )
+    assert main(["--data-dir", str(tmp_path / "d"), "ingest", str(bad), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["new"] == 2
+    assert f"skipped {bad}:2: invalid JSON" in err and f"skipped {bad}:3: not UTF-8" in err
+
+
+def test_missing_path_and_empty_kb_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--data-dir", str(tmp_path), "ingest", str(tmp_path / "nope.jsonl")]) == 1
+    assert "no such file or folder" in capsys.readouterr().err
+    assert main(["--data-dir", str(tmp_path), "search", "anything"]) == 2
+    assert "run `ragidx ingest PATH` first" in capsys.readouterr().err
+    assert main(["--data-dir", str(tmp_path), "ask", "anything"]) == 2

@@ -1,0 +1,71 @@
+"""The main job end to end on real parts: the sample KB, MiniLM, LanceDB and the local Qwen model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragidx.agent.answer import Answer
+from ragidx.config import LLMEndpoint, Settings
+from ragidx.engine import Engine
+
+WINDOW, MAX_OUT = 4096, 256
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Iterator[Engine]:
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("engine"),
+        llm=LLMEndpoint(context_window=WINDOW, max_output_tokens=MAX_OUT, temperature=0.0),
+        max_tool_rounds=2,
+    )
+    with Engine(settings) as eng:
+        report = eng.ingest(writer_kb_file)
+        assert report.new == 26 and not report.errors
+        yield eng
+
+
+def test_engine_is_cheap_to_build(tmp_path: Path) -> None:
+    engine = Engine(Settings(data_dir=tmp_path))
+    assert engine._embed_model is None and engine._chunk_store is None and engine._agent is None
+    assert not (tmp_path / "lancedb").exists()
+
+
+@pytest.mark.slow
+def test_retrieve_returns_ranked_whole_articles(engine: Engine) -> None:
+    articles = engine.retrieve("create a table of contents", top_k=4)
+    assert 1 <= len(articles) <= 4
+    assert "Creating a Table of Contents" in [a.title for a in articles]
+    assert [a.metadata["article_rank"] for a in articles] == list(range(len(articles)))
+    assert articles[0].metadata["normalized_rank"] == 0.0 and articles[-1].metadata["normalized_rank"] == 1.0
+    scores = [a.metadata["rerank_score"] for a in articles]
+    assert scores == sorted(scores, reverse=True)
+    toc = next(a for a in articles if a.title == "Creating a Table of Contents")
+    assert toc.content == engine.article_store.get([toc.kb_id])[toc.kb_id].content  # the whole article
+
+
+@pytest.mark.slow
+def test_ask_with_the_local_model_retrieves_budgets_and_cites(engine: Engine) -> None:
+    question = "How do I create a table of contents in Writer?"
+    answer: Answer = engine.ask(question)
+    assert answer.queries[0] == question  # forced mode: the first search is the question itself
+    assert "Creating a Table of Contents" in [a["title"] for a in answer.articles]
+    assert answer.budget_reports and len(answer.budget_reports) >= len(answer.tokens["prompt_per_call"])
+    assert answer.tokens["prompt_max"] <= WINDOW - MAX_OUT  # never an overflow
+    assert all(r.tokens_after <= r.hard_limit_tokens for r in answer.budget_reports)
+    assert answer.tokens["prompt_raw_total"] >= answer.tokens["prompt_total"]
+    assert answer.text.strip() and answer.model == "qwen2.5-0.5b"
+    shown = {a["kb_id"] for a in answer.articles}
+    if answer.not_found:
+        assert answer.citations == []
+    else:
+        assert answer.citations and {c.kb_id for c in answer.citations} <= shown  # nothing invented
+    assert answer.timings["llm"] > 0 and answer.timings["total"] >= answer.timings["llm"]
+
+
+@pytest.mark.slow
+def test_off_topic_question_is_not_found(engine: Engine) -> None:
+    answer = engine.ask("What is the boiling point of tungsten?")
+    assert answer.not_found and answer.citations == []
