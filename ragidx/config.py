@@ -37,7 +37,11 @@ class LLMEndpoint(BaseSettings):
 
     model_config = SettingsConfigDict(extra="forbid")
 
-    model: str = Field(default="qwen2.5-0.5b", description="Model name sent to the endpoint.")
+    model: str = Field(
+        default="qwen2.5-1.5b",
+        description="Model name sent to the endpoint. Local: 'qwen2.5-1.5b' (default; answers far better), "
+        "'qwen2.5-0.5b' (faster, often answers NOT_FOUND), or a path to a .gguf file.",
+    )
     api_base: str | None = Field(
         default=None, description="OpenAI-compatible base URL; None runs the local packaged model."
     )

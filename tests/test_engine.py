@@ -18,7 +18,7 @@ WINDOW, MAX_OUT = 4096, 256
 def engine(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Iterator[Engine]:
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("engine"),
-        llm=LLMEndpoint(context_window=WINDOW, max_output_tokens=MAX_OUT, temperature=0.0),
+        llm=LLMEndpoint(model="qwen2.5-0.5b", context_window=WINDOW, max_output_tokens=MAX_OUT, temperature=0.0),
         max_tool_rounds=2,
     )
     with Engine(settings) as eng:

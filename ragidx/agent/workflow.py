@@ -75,8 +75,19 @@ PLAN_PROMPT = (
     "Before searching, plan. Call plan_searches with 1 to 3 short search queries that together cover every "
     "part of the question above (one query per part; reuse the question's own words)."
 )
-# The model's "no answer" signal: the exact token anywhere, or a reply that opens with "not found".
-_NOT_FOUND = re.compile(r"NOT_FOUND|^\W*(?i:not found)\b")
+# The model's "no answer" signal: a reply that opens with NOT_FOUND / "not found". Small models also append
+# a stray NOT_FOUND after a real answer: that token is dropped and the answer kept.
+_NOT_FOUND_START = re.compile(r"^\W*(?:NOT_FOUND|(?i:not found)\b)")
+_NOT_FOUND_TOKEN = re.compile(r"\s*\bNOT_FOUND\b[.!]?")
+
+
+def split_not_found(text: str) -> tuple[bool, str]:
+    """(the model said it found nothing, the reply without stray NOT_FOUND tokens)."""
+    stripped = text.strip()
+    if _NOT_FOUND_START.match(stripped):
+        return True, ""
+    cleaned = _NOT_FOUND_TOKEN.sub("", stripped).strip()
+    return not cleaned, cleaned
 
 
 class LLMUnavailableError(RuntimeError):
@@ -376,7 +387,8 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         messages = turn.messages
         turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
-        answer = self._finish(turn, text, sources, not_found=bool(_NOT_FOUND.search(text.strip())))
+        not_found, cleaned = split_not_found(text)
+        answer = self._finish(turn, cleaned, sources, not_found=not_found)
         answer.model_text = text
         return StopEvent(result=answer)
 

@@ -162,6 +162,21 @@ def test_model_saying_not_found_is_honoured() -> None:
     assert answer.not_found and answer.citations == []
 
 
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("NOT_FOUND", (True, "")),
+        ("  Not found.", (True, "")),
+        ("Use Table > Insert Table [1].\n\nNOT_FOUND", (False, "Use Table > Insert Table [1].")),
+        ("If the style is not found, create it [1].", (False, "If the style is not found, create it [1].")),
+    ],
+)
+def test_not_found_is_the_replys_opening_not_a_stray_token(reply: str, expected: tuple[bool, str]) -> None:
+    from ragidx.agent.workflow import split_not_found
+
+    assert split_not_found(reply) == expected
+
+
 def test_answer_without_markers_is_attributed_by_overlap_or_not_at_all() -> None:
     agent, _ = make_agent(
         [

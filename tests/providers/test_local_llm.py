@@ -54,7 +54,7 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         return "{}"
 
     with LLMProvider(threads=2) as provider:
-        llm = provider.get(LLMEndpoint(context_window=2048, max_output_tokens=32))
+        llm = provider.get(LLMEndpoint(model="qwen2.5-0.5b", context_window=2048, max_output_tokens=32))
         reply = llm.complete("Reply with the single word: ready")
         assert reply.text.strip()
         response = llm.chat_with_tools(
