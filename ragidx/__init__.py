@@ -8,7 +8,11 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# lancedb's Rust core logs a deprecation warning on every query; keep a user-set level, else errors only.
+os.environ.setdefault("LANCEDB_LOG", "error")
 
 __version__ = "0.1.0"
 __all__ = ["Article", "Engine", "Settings", "__version__"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,8 +44,6 @@ from pydantic import Field, PrivateAttr
 from ragidx.stores.fusion import relative_score_fusion
 
 logger = logging.getLogger(__name__)
-# lance logs a deprecation warning per query from Rust; keep a user-set level, else errors only.
-os.environ.setdefault("LANCE_LOG", "error")
 
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
 VECTOR_INDEX_MIN_ROWS = 20_000
