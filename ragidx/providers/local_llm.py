@@ -28,6 +28,8 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -136,13 +138,25 @@ def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
     return target
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM the server if ragidx's process dies (even by SIGKILL)."""
-    import contextlib
+def _parent_death_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGTERM the server if ragidx's process dies (even by SIGKILL).
+
+    libc is resolved here, in the parent: the child runs only the ``prctl`` call before ``exec`` (no
+    imports, no locks), which is what is safe in a child forked from a threaded process.
+    """
+    if sys.platform != "linux":
+        return None
     import ctypes
 
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except OSError:
+        return None
+
+    def hook() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return hook
 
 
 def free_port() -> int:
@@ -222,14 +236,16 @@ class LocalLLMServer:
             ]  # fmt: skip
             env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
             logger.info("starting local model %s on port %d (n_ctx=%d)", self.model, self.port, self.n_ctx)
-            with log_path.open("wb") as log:
+            with log_path.open("wb") as log, warnings.catch_warnings():
+                # lancedb warns about fork() in general; this child execs at once and never touches it.
+                warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
                 self._proc = subprocess.Popen(
                     cmd,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     env=env,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                    preexec_fn=_parent_death_hook(),
                 )
             atexit.register(self.stop)
             self._wait_ready()
