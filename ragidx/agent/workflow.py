@@ -369,10 +369,11 @@ class RagAgent(Workflow):
     @step
     async def answer(self, ctx: Context, ev: AnswerEvent) -> StopEvent:
         turn: _Turn = ev.turn
-        if not _articles_shown(turn.messages):
+        shown = _articles_shown(turn.messages)
+        if not shown:
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
         # Two passes: budget with every title listed, then list only the articles that survived.
-        instruction = ANSWER_PROMPT.format(sources=_source_lines(_articles_shown(turn.messages)))
+        instruction = ANSWER_PROMPT.format(sources=_source_lines(shown))
 
         async def send(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
             sources = _articles_shown(messages)
@@ -385,8 +386,7 @@ class RagAgent(Workflow):
         if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
-        messages = turn.messages
-        turn.messages = [*messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
+        turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
         answer = self._finish(turn, cleaned, sources, not_found=not_found)
         answer.model_text = text
