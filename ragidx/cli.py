@@ -1,8 +1,8 @@
 """``ragidx`` on the command line: a thin edge over :class:`ragidx.engine.Engine`.
 
     ragidx ingest PATH [--prune] [--source NAME]
-    ragidx search "query" [--top-k N] [--json]
-    ragidx ask "question" [--json]
+    ragidx search "query" [--top-k N] [--flash] [--json]
+    ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
     ragidx stats
     ragidx eval retrieval --beir DIR [--limit N]
@@ -32,7 +32,10 @@ def _settings(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {}
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = Path(args.data_dir)
-    return Settings(**overrides)
+    settings = Settings(**overrides)
+    if getattr(args, "flash", False):  # switched on here; its other options come from settings
+        settings = settings.model_copy(update={"flash": settings.flash.model_copy(update={"enabled": True})})
+    return settings
 
 
 def _engine(args: argparse.Namespace) -> Any:
@@ -43,9 +46,7 @@ def _engine(args: argparse.Namespace) -> Any:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
-        report = engine.ingest(
-            Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet
-        )
+        report = engine.ingest(Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet)
     for error in report.errors[: args.max_errors]:
         print(f"skipped {error}", file=sys.stderr)
     if len(report.errors) > args.max_errors:
@@ -73,6 +74,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {a.title}  ({a.kb_id})")
         if a.url:
             print(f"    {a.url}")
+        if "flash_reason" in row:
+            print(f"    why: {row['flash_reason']}")
     return 0
 
 
@@ -87,6 +90,9 @@ def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
         "normalized_rank": float(a.metadata.get(NORMALIZED_RANK, 0.0)),
         "article_rank": int(a.metadata.get(ARTICLE_RANK, 0)),
     }
+    for key in ("flash_reason", "flash_decision"):
+        if key in a.metadata:
+            row[key] = a.metadata[key]
     if with_content:
         row["content"] = a.content
     return row
@@ -131,6 +137,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return int(compression_main(args.rest) or 0)
 
 
+FLASH_HELP = "an LLM picks the best articles from the chain's candidates (RAGIDX_FLASH__* settings)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragidx", description="Query engine over knowledge bases.")
     parser.add_argument("--data-dir", help="where the stores live (default: RAGIDX_DATA_DIR or ./.ragidx)")
@@ -148,11 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="top articles for a query")
     p.add_argument("query")
     p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer a question with citations")
     p.add_argument("question")
+    p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ask)
 

@@ -97,6 +97,58 @@ class LLMEndpoint(BaseSettings):
         return self.is_local if self.inline_tool_results is None else self.inline_tool_results
 
 
+class FlashSettings(BaseSettings):
+    """The flash rerank stage: an LLM picks the best articles after the chunk chain (off by default).
+
+    Example:
+        >>> FlashSettings(enabled=True).candidates
+        20
+    """
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="Run the flash LLM reranker over the retrieved articles.")
+    llm: LLMEndpoint | None = Field(
+        default=None, description="Model that reranks; None uses the main llm (and its local server)."
+    )
+    candidates: int = Field(
+        default=20, ge=1, le=200, description="Articles the chunk chain hands to flash (shown as one line each)."
+    )
+    max_topics: int | None = Field(
+        default=None, ge=1, description="Most articles flash returns; None: the retrieval top_k."
+    )
+    max_tool_calls: int = Field(default=3, ge=0, description="Most get_topics_content calls per rerank.")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Total time for all turns of one rerank; None: 10 s for endpoints, 300 s for the local "
+        "model (CPU prompt processing). Past it, the ladder's fallback is used.",
+    )
+    excerpt_threshold_chars: int = Field(default=25_000, gt=0, description="Excerpts only for larger articles.")
+    response_format: Literal["none", "json_schema", "json_object"] | None = Field(
+        default=None,
+        description="How the final JSON is constrained; None: json_object for the local model, none for endpoints "
+        "(set json_schema for OpenAI structured outputs).",
+    )
+    input_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M input tokens (cost metric).")
+    output_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M output tokens.")
+    trace_dir: Path | None = Field(default=None, description="Save every rerank's trace here (for replay).")
+
+    def endpoint(self, main: LLMEndpoint) -> LLMEndpoint:
+        """The endpoint that reranks: ``llm`` or the main one."""
+        return self.llm if self.llm is not None else main
+
+    def effective_timeout_s(self, main: LLMEndpoint) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 300.0 if self.endpoint(main).is_local else 10.0
+
+    def effective_response_format(self, main: LLMEndpoint) -> Literal["none", "json_schema", "json_object"]:
+        if self.response_format is not None:
+            return self.response_format
+        return "json_object" if self.endpoint(main).is_local else "none"
+
+
 class Settings(BaseSettings):
     """Everything configurable in ragidx.
 
@@ -116,9 +168,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".ragidx"), description="Where stores live on disk.")
     store: Literal["lancedb", "weaviate"] = Field(default="lancedb", description="Vector store backend.")
     collection: str = Field(default="Articles", description="Table / collection name.")
-    weaviate_url: str | None = Field(
-        default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080."
-    )
+    weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080.")
     weaviate_grpc_port: int = Field(default=50051, description="Weaviate gRPC port.")
     weaviate_api_key: SecretStr | None = Field(default=None, description="Weaviate API key; never logged.")
     tenant: str | None = Field(
@@ -155,10 +205,11 @@ class Settings(BaseSettings):
     reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(default="offline")
     cohere_api_key: SecretStr | None = Field(default=None)
     cohere_model: str = Field(default="rerank-v3.5")
-    cross_encoder_path: str | None = Field(
-        default=None, description="Local sentence-transformers CrossEncoder."
-    )
+    cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
     article_score_threshold: float | None = Field(default=None)
+    flash: FlashSettings = Field(
+        default_factory=FlashSettings, description="LLM reranking of whole articles (RAGIDX_FLASH__ENABLED=true)."
+    )
 
     # --- LLMs ----------------------------------------------------------------------------------
     llm: LLMEndpoint = Field(default_factory=LLMEndpoint)

@@ -61,6 +61,7 @@ class Engine:
         self._article_store = article_store
         self._llm_provider = llm_provider
         self._retriever: Any | None = None
+        self._flash_metrics: Any | None = None
         self._agent: Any | None = None
         self._memory: Any | None = None
         self._lock = threading.Lock()
@@ -97,8 +98,31 @@ class Engine:
         if self._retriever is None:
             from ragidx.retrieval.factory import build_retriever
 
-            self._retriever = build_retriever(self.settings, self.chunk_store, self.article_store, self.embed_model)
+            flash = self._build_flash() if self.settings.flash.enabled else None
+            self._retriever = build_retriever(
+                self.settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
+            )
         return self._retriever
+
+    @property
+    def flash_metrics(self) -> Any:
+        """The flash reranker's Prometheus metrics (``FlashMetrics``; serve ``.registry``), made on first use."""
+        if self._flash_metrics is None:
+            from ragidx.retrieval.flash import FlashMetrics
+
+            self._flash_metrics = FlashMetrics()
+        return self._flash_metrics
+
+    def _build_flash(self) -> Any:
+        from ragidx.retrieval.factory import build_flash_reranker
+
+        endpoint = self.settings.flash.endpoint(self.settings.llm)
+        return build_flash_reranker(
+            self.settings,
+            self.llm_provider.get(endpoint),
+            token_counter=self.llm_provider.token_counter(endpoint),
+            metrics=self.flash_metrics,
+        )
 
     def agent(self) -> Any:
         """The agent workflow (built once; starts the local model server if the LLM is local)."""

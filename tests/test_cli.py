@@ -31,6 +31,23 @@ def test_ingest_then_search_finds_the_right_article(kb_dir: Path, capsys: pytest
 
 
 @pytest.mark.slow
+def test_search_flash_with_a_dead_endpoint_falls_back_to_the_chain(
+    kb_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", "http://127.0.0.1:9/v1")  # nothing listens there
+    query = ["--data-dir", str(kb_dir), "search", "how to create a table of contents", "--json"]
+    capsys.readouterr()
+    assert main(query) == 0
+    chain = json.loads(capsys.readouterr().out)
+
+    assert main([*query, "--flash"]) == 0
+
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["kb_id"] for r in rows] == [r["kb_id"] for r in chain]  # the ladder's upstream top k
+    assert {r["flash_decision"] for r in rows} == {"api_error"}
+
+
+@pytest.mark.slow
 def test_reingest_is_free_and_stats_and_delete_work(
     kb_dir: Path, writer_kb_file: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

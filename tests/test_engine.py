@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragidx.agent.answer import Answer
-from ragidx.config import LLMEndpoint, Settings
+from ragidx.config import FlashSettings, LLMEndpoint, Settings
 from ragidx.engine import Engine
 
 WINDOW, MAX_OUT = 4096, 256
@@ -69,3 +69,36 @@ def test_ask_with_the_local_model_retrieves_budgets_and_cites(engine: Engine) ->
 def test_off_topic_question_is_not_found(engine: Engine) -> None:
     answer = engine.ask("What is the boiling point of tungsten?")
     assert answer.not_found and answer.citations == []
+
+
+@pytest.mark.slow
+def test_flash_rerank_with_the_real_local_model(engine: Engine) -> None:
+    """One real flash rerank through the product path: chain candidates → local Qwen → chosen articles."""
+    from ragidx.retrieval.flash import FlashDecision
+
+    flash_settings = engine.settings.model_copy(
+        update={"top_k": 3, "flash": FlashSettings(enabled=True, candidates=8, timeout_s=600)}
+    )
+    # Shares the stores and the model server of the module's engine (closed by it, so not closed here).
+    flashy = Engine(
+        flash_settings,
+        embed_model=engine.embed_model,
+        chunk_store=engine.chunk_store,
+        article_store=engine.article_store,
+        llm_provider=engine.llm_provider,
+    )
+    candidates = {a.kb_id for a in engine.retrieve("create a table of contents", top_k=8)}
+
+    articles = flashy.retrieve("create a table of contents")
+
+    result = flashy.retriever.article_reranker.last_result
+    assert result is not None and result.candidates_shown == len(candidates)
+    assert result.decision in set(FlashDecision) - {FlashDecision.NO_CANDIDATES}
+    assert len(articles) <= 3 and {a.kb_id for a in articles} <= candidates  # nothing invented
+    assert [a.kb_id for a in articles] == result.selected_kb_ids[:3]
+    assert [a.metadata["article_rank"] for a in articles] == list(range(len(articles)))
+    assert all(a.metadata["flash_decision"] == result.decision.value for a in articles)
+    # the turn-1 prompt and the loaded content fit the 4K window with room for the reply
+    assert result.input_tokens > 0 and result.prompt_tokens_shown <= WINDOW - MAX_OUT
+    registry = flashy.flash_metrics.registry
+    assert registry.get_sample_value("ragidx_flash_rerank_duration_seconds_count") == 1.0

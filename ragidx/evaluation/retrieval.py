@@ -15,11 +15,16 @@ For each query the stages are measured on the same store:
 
 Each stage reports nDCG@10, Recall@10, Recall@100, MRR@10 and p50/p95 latency in milliseconds; a
 ``default_config`` block repeats the full chain with the configured candidate counts and ``top_k``
-(the latency a user gets). One JSON line goes to stdout.
+(the latency a user gets). With ``--flash`` a ``flash`` block adds the LLM reranker's stage
+(``ragidx.evaluation.flash``): precision/recall of its selection against the labels beside the chain's
+own top-k, tokens shown, tool calls and fallbacks, on the first ``--flash-limit`` queries. One JSON line
+goes to stdout.
 
 Run::
 
     python -m ragidx.evaluation.retrieval --beir ../shared/data/beir_scifact [--limit 100]
+    python -m ragidx.evaluation.retrieval --beir ../shared/data/hotpotqa_dev500/beir --flash \
+        --flash-model qwen2.5-0.5b --flash-limit 30
 
 Example:
     >>> ndcg_at_k(["d1", "d2"], {"d2": 1}, 10) < 1.0
@@ -361,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reranker", choices=["offline", "cohere", "cross-encoder", "none"], default=None)
     parser.add_argument("--alpha", type=float, default=None, help="hybrid_alpha (1.0 = vector only)")
     parser.add_argument("--quantize", action=argparse.BooleanOptionalAction, default=None, help="int8 embedding model")
+    flash = parser.add_argument_group("flash stage (LLM reranker; slow on CPU)")
+    flash.add_argument("--flash", action="store_true", help="add the flash rerank stage")
+    flash.add_argument("--flash-model", default=None, help="model name (local: qwen2.5-0.5b, qwen2.5-1.5b)")
+    flash.add_argument("--flash-api-base", default=None, help="OpenAI-compatible URL (key: RAGIDX_FLASH__LLM__API_KEY)")
+    flash.add_argument("--flash-limit", type=int, default=50, help="queries run through flash (default: 50)")
+    flash.add_argument("--flash-candidates", type=int, default=None, help="articles shown (default: settings)")
+    flash.add_argument("--flash-timeout", type=float, default=None, help="seconds per rerank, all turns")
+    flash.add_argument("--flash-trace-dir", type=Path, default=None, help="save each rerank's trace for replay")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return parser
 
@@ -385,18 +398,76 @@ def main(argv: list[str] | None = None) -> int:
     if not dataset.queries:
         print(f"ragidx eval retrieval: no judged queries in {args.beir}", file=sys.stderr)
         return 2
-    from ragidx.providers.embeddings import LocalEmbedding
+    from ragidx.providers.embeddings import build_embed_model
 
-    embed_model = LocalEmbedding(
-        settings.embed_model,
-        quantize=settings.embed_quantize,
-        embed_batch_size=settings.embed_batch_size,
-        num_threads=settings.embed_threads,
-    )
+    embed_model = build_embed_model(settings)
     cache_dir = args.cache_dir or settings.data_dir / "eval-cache"
     result = evaluate(dataset, settings, embed_model, cache_dir, depth=args.depth)
+    if args.flash:
+        try:
+            result["flash"] = _run_flash_stage(args, settings, dataset, embed_model, cache_dir)
+        except FlashStageError as exc:
+            print(f"ragidx eval retrieval: flash stage: {exc}", file=sys.stderr)
+            return 1
     print(json.dumps(result, separators=(",", ":")))
     return 0
+
+
+class FlashStageError(RuntimeError):
+    """The flash stage could not start (no model, bad settings)."""
+
+
+def _run_flash_stage(
+    args: argparse.Namespace, settings: Settings, dataset: BeirDataset, embed_model: Any, cache_dir: Path
+) -> dict[str, Any]:
+    """Build the flash reranker from settings plus the ``--flash-*`` options and evaluate it."""
+    import asyncio
+
+    from ragidx.config import LLMEndpoint
+    from ragidx.evaluation.flash import evaluate_flash
+    from ragidx.providers.llms import LLMProvider
+    from ragidx.retrieval.factory import build_flash_reranker
+
+    flash_cfg: dict[str, Any] = {"enabled": True}
+    if args.flash_model or args.flash_api_base:
+        base = settings.flash.endpoint(settings.llm)
+        update: dict[str, Any] = {"temperature": 0.0}
+        if args.flash_model:
+            update["model"] = args.flash_model
+        if args.flash_api_base:
+            update["api_base"] = args.flash_api_base
+        flash_cfg["llm"] = LLMEndpoint(**{**base.model_dump(), **update})
+    if args.flash_candidates is not None:
+        flash_cfg["candidates"] = args.flash_candidates
+    if args.flash_timeout is not None:
+        flash_cfg["timeout_s"] = args.flash_timeout
+    try:
+        settings = settings.model_copy(update={"flash": settings.flash.model_copy(update=flash_cfg)})
+        endpoint = settings.flash.endpoint(settings.llm)
+    except ValueError as exc:
+        raise FlashStageError(str(exc)) from exc
+    chunk_store, article_store, _ = open_scratch_index(dataset, settings, embed_model, cache_dir)
+    chain = build_retriever(settings, chunk_store, article_store, embed_model)
+    queries = dict(list(dataset.queries.items())[: args.flash_limit])
+    if args.flash_trace_dir is not None:
+        args.flash_trace_dir.mkdir(parents=True, exist_ok=True)
+    with LLMProvider(threads=settings.local_llm_threads, model_cache_dir=settings.model_cache_dir) as provider:
+        try:
+            llm = provider.get(endpoint)
+            tokens = provider.token_counter(endpoint)
+        except Exception as exc:  # a model that cannot start: say which and why
+            raise FlashStageError(f"cannot start {endpoint.model!r}: {exc}") from exc
+        flash = build_flash_reranker(settings, llm, token_counter=tokens)
+        return asyncio.run(
+            evaluate_flash(
+                queries,
+                dataset.qrels,
+                chain,
+                flash,
+                candidates=max(settings.flash.candidates, settings.top_k),
+                trace_dir=args.flash_trace_dir,
+            )
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

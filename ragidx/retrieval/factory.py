@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilter, MetadataFilters
 
@@ -16,7 +16,10 @@ from ragidx.config import Settings
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
 
-__all__ = ["build_chunk_reranker", "build_retriever"]
+if TYPE_CHECKING:
+    from ragidx.retrieval.flash import FlashMetrics, FlashReranker
+
+__all__ = ["build_chunk_reranker", "build_flash_reranker", "build_retriever"]
 
 
 def build_chunk_reranker(settings: Settings) -> ChunkReranker | None:
@@ -42,13 +45,52 @@ def build_chunk_reranker(settings: Settings) -> ChunkReranker | None:
     raise ValueError(f"unknown reranker {settings.reranker!r}: use offline, cohere, cross-encoder or none")
 
 
+def build_flash_reranker(
+    settings: Settings,
+    llm: Any,
+    *,
+    token_counter: Any | None = None,
+    metrics: FlashMetrics | None = None,
+) -> FlashReranker:
+    """The ``FlashReranker`` that ``settings.flash`` describes, on ``llm`` (its endpoint's model).
+
+    Weak local models get the protocol they follow (forced named tool call, tool traffic as text,
+    ``json_object``); endpoints get ``auto``. ``max_topics`` defaults to the retrieval ``top_k``.
+    """
+    from ragidx.retrieval.flash import FlashReranker
+
+    f = settings.flash
+    endpoint = f.endpoint(settings.llm)
+    return FlashReranker(
+        llm,
+        token_counter=token_counter,
+        metrics=metrics,
+        max_candidates=max(f.candidates, settings.top_k),
+        max_topics=f.max_topics or settings.top_k,
+        max_tool_calls=f.max_tool_calls,
+        timeout_s=f.effective_timeout_s(settings.llm),
+        excerpt_threshold_chars=f.excerpt_threshold_chars,
+        tool_mode=endpoint.effective_tool_mode,
+        inline_tool_results=endpoint.effective_inline_tool_results,
+        response_format=f.effective_response_format(settings.llm),
+        input_price_per_million=f.input_price_per_million,
+        output_price_per_million=f.output_price_per_million,
+        trace_dir=str(f.trace_dir) if f.trace_dir is not None else None,
+        context_window=endpoint.context_window,
+        max_output_tokens=endpoint.max_output_tokens,
+    )
+
+
 def build_retriever(
     settings: Settings,
     chunk_store: BasePydanticVectorStore,
     article_store: Any,
     embed_model: Any,
+    *,
+    article_reranker: Any | None = None,
 ) -> ArticleRetriever:
-    """The ``ArticleRetriever`` the settings describe (hybrid search, reranker, counts, tenant).
+    """The ``ArticleRetriever`` the settings describe (hybrid search, reranker, counts, tenant), with
+    ``article_reranker`` (``build_flash_reranker``) as its last step when given.
 
     Example:
         >>> retriever = build_retriever(Settings(), chunk_store, article_store, embed)  # doctest: +SKIP
@@ -68,4 +110,6 @@ def build_retriever(
         top_k=settings.top_k,
         score_threshold=settings.article_score_threshold,
         filters=filters,
+        article_reranker=article_reranker,
+        article_candidates=max(settings.flash.candidates, settings.top_k),
     )

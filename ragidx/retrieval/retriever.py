@@ -6,7 +6,9 @@ The chain, each step a LlamaIndex component:
    with ``alpha``), ``candidate_chunks`` chunks;
 2. a chunk reranker (``BaseNodePostprocessor``; offline, Cohere, cross-encoder or none) keeps
    ``rerank_top_n`` chunks;
-3. ``ArticleGrouper`` groups by kb_id (MAX score), loads the complete articles and ranks them.
+3. ``ArticleGrouper`` groups by kb_id (MAX score), loads the complete articles and ranks them;
+4. optionally an article reranker (``FlashReranker``: an LLM reads the ``article_candidates`` best
+   articles and picks the best ``top_k``), after which the ranks are recomputed in its order.
 
 It returns ``Article`` objects, uncompressed, with ``rerank_score``, ``normalized_rank``,
 ``article_rank`` and ``matched_chunk_ids`` in their metadata. Nothing here counts tokens: the
@@ -35,8 +37,8 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from ragidx.article import Article
-from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node
+from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
 
 __all__ = ["ArticleRetriever", "SearchMode"]
 
@@ -66,6 +68,9 @@ class ArticleRetriever:
         top_k: articles returned when a call does not say.
         score_threshold: drop articles whose best chunk scores below this.
         filters: metadata filters applied to every search (e.g. a tenant).
+        article_reranker: a postprocessor over whole-article nodes (``FlashReranker``) run last; it may
+            return fewer articles, or none ("nothing relevant").
+        article_candidates: articles handed to ``article_reranker`` (at least ``top_k``).
 
     Example:
         >>> r = ArticleRetriever(store, articles, embed, reranker=OfflineChunkReranker())  # doctest: +SKIP
@@ -87,6 +92,8 @@ class ArticleRetriever:
         top_k: int = 5,
         score_threshold: float | None = None,
         filters: MetadataFilters | None = None,
+        article_reranker: BaseNodePostprocessor | None = None,
+        article_candidates: int = 20,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
@@ -96,6 +103,7 @@ class ArticleRetriever:
             ("candidate_chunks", candidate_chunks),
             ("rerank_top_n", rerank_top_n),
             ("top_k", top_k),
+            ("article_candidates", article_candidates),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -109,6 +117,8 @@ class ArticleRetriever:
         self.rerank_top_n = rerank_top_n
         self.top_k = top_k
         self.filters = filters
+        self.article_reranker = article_reranker
+        self.article_candidates = article_candidates
         self.grouper = ArticleGrouper(article_store, top_n=top_k, score_threshold=score_threshold)
         self._chunk_retriever: BaseRetriever | None = None
         self._lock = threading.Lock()
@@ -153,9 +163,22 @@ class ArticleRetriever:
         return out[: self._rerank_keep(top_k)]
 
     def group(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[Article]:
-        """Step 3: whole articles, ranked, with their rank metadata."""
-        nodes = self.grouper.group(chunks, top_n=top_k or self.top_k, query=query)
+        """Step 3: whole articles, ranked, with their rank metadata (the candidates, with an article reranker)."""
+        nodes = self.grouper.group(chunks, top_n=self._group_keep(top_k), query=query)
         return [article_from_node(n) for n in nodes]
+
+    def rerank_articles(self, query: str, articles: list[Article], top_k: int | None = None) -> list[Article]:
+        """Step 4 (with an ``article_reranker``): its choice, at most ``top_k``, ranks recomputed."""
+        if self.article_reranker is None:
+            return articles[: top_k or self.top_k]
+        nodes = self.article_reranker.postprocess_nodes(_article_nodes(articles), query_bundle=_bundle(query))
+        return _reranked(articles, nodes, top_k or self.top_k)
+
+    async def arerank_articles(self, query: str, articles: list[Article], top_k: int | None = None) -> list[Article]:
+        if self.article_reranker is None:
+            return articles[: top_k or self.top_k]
+        nodes = await self.article_reranker.apostprocess_nodes(_article_nodes(articles), query_bundle=_bundle(query))
+        return _reranked(articles, nodes, top_k or self.top_k)
 
     # --- the whole chain -----------------------------------------------------------------------------
     @dispatcher.span
@@ -170,6 +193,8 @@ class ArticleRetriever:
         chunks = self.search(query)
         reranked = self.rerank(query, chunks, top_k)
         articles = self.group(query, reranked, top_k)
+        if self.article_reranker is not None:
+            articles = self.rerank_articles(query, articles, top_k)
         logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
         return articles
 
@@ -180,11 +205,17 @@ class ArticleRetriever:
         chunks = await self.asearch(query)
         reranked = await self.arerank(query, chunks, top_k)
         articles = await asyncio.to_thread(self.group, query, reranked, top_k)
+        if self.article_reranker is not None:
+            articles = await self.arerank_articles(query, articles, top_k)
         logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
         return articles
 
     def _rerank_keep(self, top_k: int | None) -> int:
-        return max(self.rerank_top_n, top_k or self.top_k)
+        return max(self.rerank_top_n, self._group_keep(top_k))
+
+    def _group_keep(self, top_k: int | None) -> int:
+        wanted = top_k or self.top_k
+        return max(wanted, self.article_candidates) if self.article_reranker is not None else wanted
 
     @staticmethod
     def _check(query: str, top_k: int | None) -> None:
@@ -196,3 +227,46 @@ class ArticleRetriever:
 
 def _bundle(query: str) -> QueryBundle:
     return QueryBundle(query_str=query)
+
+
+def _article_nodes(articles: list[Article]) -> list[NodeWithScore]:
+    return [article_to_node(a, float(a.metadata.get(RERANK_SCORE, 0.0))) for a in articles]
+
+
+CHAIN_RANK = "chain_rank"
+"""Metadata key of an article's 0-based rank in the chunk chain, kept when an article reranker reorders."""
+CHAIN_SCORE = "chain_score"
+"""Metadata key of the chunk chain's score of an article, kept when an article reranker rescores it."""
+
+
+def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -> list[Article]:
+    """The article reranker's order as articles: its score as ``rerank_score``, ranks recomputed.
+
+    The chunk chain's rank and score stay beside it (``chain_rank``/``chain_score``); kb_ids the reranker
+    returns that were not among the candidates are dropped.
+    """
+    by_id = {a.kb_id: a for a in articles}
+    picked: list[tuple[Article, NodeWithScore]] = []
+    for node in nodes:
+        kb_id = str(node.node.metadata.get("kb_id") or node.node.node_id)
+        if kb_id in by_id and all(a.kb_id != kb_id for a, _ in picked):
+            picked.append((by_id[kb_id], node))
+    picked = picked[:top_k]
+    last = len(picked) - 1
+    out = []
+    for rank, (article, node) in enumerate(picked):
+        reranked = article_from_node(node)
+        extra = {k: v for k, v in reranked.metadata.items() if k not in article.metadata}
+        out.append(
+            article.with_metadata(
+                **extra,
+                **{
+                    CHAIN_RANK: article.metadata.get(ARTICLE_RANK),
+                    CHAIN_SCORE: article.metadata.get(RERANK_SCORE),
+                    RERANK_SCORE: 0.0 if node.score is None else float(node.score),
+                    NORMALIZED_RANK: rank / last if last > 0 else 0.0,
+                    ARTICLE_RANK: rank,
+                },
+            )
+        )
+    return out

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from ragidx.config import Settings
+from ragidx.config import FlashSettings, LLMEndpoint, Settings
 from ragidx.retrieval.cohere_reranker import CohereChunkReranker
 from ragidx.retrieval.cross_encoder_reranker import CrossEncoderChunkReranker
-from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
+from ragidx.retrieval.factory import build_chunk_reranker, build_flash_reranker, build_retriever
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+from tests.fakes.scripted_llm import ScriptedLLM
 from tests.retrieval.helpers import build_kb
 
 
@@ -45,3 +46,30 @@ def test_settings_round_trip_through_the_factory(reranker: str) -> None:
     settings = Settings(reranker=reranker)  # type: ignore[arg-type]
     again = Settings(**settings.model_dump())
     assert type(build_chunk_reranker(again)) is type(build_chunk_reranker(settings))
+
+
+def test_flash_follows_settings_local_and_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGIDX_FLASH__ENABLED", "true")
+    monkeypatch.setenv("RAGIDX_FLASH__CANDIDATES", "12")
+    local = Settings(top_k=4)
+    assert local.flash.enabled
+    flash = build_flash_reranker(local, ScriptedLLM([]))
+    assert (flash.max_candidates, flash.max_topics) == (12, 4)
+    # the local Qwen gets the protocol it follows, and CPU-sized time
+    assert (flash.tool_mode, flash.inline_tool_results, flash.response_format) == ("forced", True, "json_object")
+    assert flash.timeout_s == 300.0 and flash.context_window == local.llm.context_window
+
+    endpoint = LLMEndpoint(model="gpt-4o-mini", api_base="https://api.example/v1", context_window=128_000)
+    remote = Settings(flash=FlashSettings(enabled=True, llm=endpoint, max_topics=3, timeout_s=None))
+    flash = build_flash_reranker(remote, ScriptedLLM([]))
+    assert (flash.tool_mode, flash.inline_tool_results, flash.response_format) == ("auto", False, "none")
+    assert (flash.timeout_s, flash.max_topics, flash.context_window) == (10.0, 3, 128_000)
+
+
+def test_retriever_hands_flash_its_candidate_count(tmp_path: Path) -> None:
+    chunks, articles, embed = build_kb(tmp_path)
+    settings = Settings(top_k=2, flash=FlashSettings(enabled=True, candidates=7))
+    flash = build_flash_reranker(settings, ScriptedLLM([]))
+    retriever = build_retriever(settings, chunks, articles, embed, article_reranker=flash)
+    assert retriever.article_reranker is flash and retriever.article_candidates == 7
+    assert build_retriever(Settings(), chunks, articles, embed).article_reranker is None

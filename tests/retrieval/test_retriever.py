@@ -11,8 +11,10 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent
 
 from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE
 from ragidx.retrieval.article_grouper import ArticlesGroupedEvent
+from ragidx.retrieval.flash import FlashReranker
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
-from ragidx.retrieval.retriever import ArticleRetriever
+from ragidx.retrieval.retriever import CHAIN_RANK, CHAIN_SCORE, ArticleRetriever
+from tests.fakes.scripted_llm import ScriptedLLM
 from tests.retrieval.helpers import KB, build_kb
 
 
@@ -130,3 +132,55 @@ def test_constructor_touches_nothing(tmp_path: Path) -> None:
             raise AssertionError(f"constructor used {name}")
 
     ArticleRetriever(Exploding(), Exploding(), Exploding())  # type: ignore[arg-type]
+
+
+# --- the article reranker step (flash) ---------------------------------------------------------------
+def _flash_choice(messages, call):  # type: ignore[no-untyped-def]
+    """A scripted final answer picking the candidates titled 'Table of contents' then 'Insert a table'."""
+    text = "\n".join(m.content or "" for m in messages)
+    ids = {title: int(n) for n, title in re.findall(r"\[ID:(\d+)\] [^|]*\|[^|]*\| (.+)", text)}
+    picks = [ids["Table of contents"], ids["Insert a table"]]
+    return '{"topics": [' + ", ".join(f'{{"id": {i}, "reason": "r{i}"}}' for i in picks) + "]}"
+
+
+def test_article_reranker_orders_the_result_and_ranks_are_recomputed(kb) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM([_flash_choice])
+    flash = FlashReranker(llm, max_topics=5)
+    retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3, article_reranker=flash, article_candidates=6)
+    chain = make(kb, reranker=OfflineChunkReranker(), top_k=6).retrieve("insert a table of contents")
+
+    articles = retriever.retrieve("insert a table of contents")
+
+    shown = re.findall(r"\[ID:\d+\]", "\n".join(m.content or "" for m in llm.calls[0].messages))
+    assert len(shown) == len(chain) == 6  # flash saw article_candidates articles, not top_k
+    assert [a.kb_id for a in articles] == ["toc", "tables"]
+    assert [a.metadata[ARTICLE_RANK] for a in articles] == [0, 1]
+    assert [a.metadata[NORMALIZED_RANK] for a in articles] == [0.0, 1.0]
+    assert articles[0].metadata[RERANK_SCORE] > articles[1].metadata[RERANK_SCORE]
+    by_id = {a.kb_id: a for a in chain}
+    assert articles[0].metadata[CHAIN_RANK] == by_id["toc"].metadata[ARTICLE_RANK]
+    assert articles[0].metadata[CHAIN_SCORE] == by_id["toc"].metadata[RERANK_SCORE]
+    assert articles[0].metadata["flash_reason"].startswith("r")
+    assert articles[0].content == by_id["toc"].content and articles[0].url == by_id["toc"].url
+
+
+def test_article_reranker_caps_at_top_k_and_honours_nothing_relevant(kb) -> None:  # type: ignore[no-untyped-def]
+    flash = FlashReranker(ScriptedLLM([_flash_choice, '{"topics": []}']), max_topics=5)
+    retriever = make(kb, top_k=1, article_reranker=flash, article_candidates=6)
+    assert [a.kb_id for a in retriever.retrieve("insert a table of contents")] == ["toc"]
+    assert retriever.retrieve("insert a table of contents") == []
+
+
+def test_async_article_reranker_matches_sync(kb) -> None:  # type: ignore[no-untyped-def]
+    retriever = make(kb, top_k=3, article_reranker=FlashReranker(ScriptedLLM([_flash_choice], cycle=True)))
+    sync = retriever.retrieve("insert a table of contents")
+    assert [a.kb_id for a in asyncio.run(retriever.aretrieve("insert a table of contents"))] == [a.kb_id for a in sync]
+
+
+def test_a_failing_flash_model_still_returns_the_chain_top_k(kb) -> None:  # type: ignore[no-untyped-def]
+    flash = FlashReranker(ScriptedLLM([RuntimeError("502 bad gateway")]), max_topics=3)
+    retriever = make(kb, top_k=3, article_reranker=flash, article_candidates=6)
+    chain = make(kb, top_k=3).retrieve("insert a table")
+    articles = retriever.retrieve("insert a table")
+    assert [a.kb_id for a in articles] == [a.kb_id for a in chain]
+    assert {a.metadata["flash_decision"] for a in articles} == {"api_error"}

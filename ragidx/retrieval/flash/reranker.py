@@ -6,9 +6,11 @@ with the date, the query and optional conversation/user facts. The model may cal
 answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. The tool is offered, not forced: a valid
 answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured.
 
-Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; otherwise, if the
-model called the tool, the first ``max_topics`` ids it asked to read are returned; otherwise the
-upstream order's top ``max_topics``. ``timeout_s`` is one budget for all turns together.
+Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; after a tool
+call, invalid JSON, a timeout or too many tool calls return the first ``max_topics`` ids the model asked
+to read; no usable answer without a tool call, or an API error at any turn, returns the upstream
+order's top ``max_topics`` (an endpoint that fails mid-rerank says nothing about the requested ids).
+``timeout_s`` is one budget for all turns together.
 
 Two tool protocols (``tool_mode``): ``auto`` offers the tool on every call (OpenAI, OpenRouter, vLLM);
 ``forced`` forces the named tool on the first call and then asks for the answer without tools, for
@@ -32,7 +34,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -224,6 +226,13 @@ class FlashReranker(BaseNodePostprocessor):
         "(llama-cpp-python's {type: json_object, schema}), or none. Sent only on calls that offer no tool "
         "or come after a tool call, since some endpoints cannot combine it with tool calling.",
     )
+    context_window: int | None = Field(
+        default=None,
+        ge=512,
+        description="The model's window in tokens. When set, loaded content is cut (whole paragraphs first) so "
+        "the prompt plus max_output_tokens always fits; None trusts the endpoint.",
+    )
+    max_output_tokens: int = Field(default=512, gt=0, description="Tokens kept free for the reply.")
     max_conversation_messages: int = Field(default=6, ge=0, description="Recent messages shown in turn 1.")
     max_message_chars: int = Field(default=600, gt=0, description="Each shown message is cut to this.")
     input_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M input tokens.")
@@ -281,6 +290,11 @@ class FlashReranker(BaseNodePostprocessor):
     @property
     def metrics(self) -> FlashMetrics:
         return self._metrics
+
+    @property
+    def llm_name(self) -> str:
+        """The reranking model's name, as the endpoint knows it."""
+        return self._model_name()
 
     @property
     def last_result(self) -> FlashResult | None:
@@ -487,7 +501,7 @@ class FlashReranker(BaseNodePostprocessor):
         run.tool_calls += 1
         if call.tool_name != TOOL_NAME:
             return f"Unknown tool {call.tool_name!r}; the only tool is {TOOL_NAME}(ids)."
-        blocks: list[str] = []
+        blocks: list[FlashCandidate] = []
         invented: list[str] = []
         again: list[str] = []
         for raw in _raw_ids(call.tool_kwargs.get("ids")):
@@ -501,7 +515,7 @@ class FlashReranker(BaseNodePostprocessor):
                 again.append(str(cid))
                 continue
             run.requested.append(cid)
-            blocks.append(content_block(run.by_id[cid]))
+            blocks.append(run.by_id[cid])
         notes = []
         if invented:
             notes.append(f"Not in the candidate list (ignored): {', '.join(invented)}.")
@@ -509,7 +523,28 @@ class FlashReranker(BaseNodePostprocessor):
             notes.append(f"Already loaded above: {', '.join(again)}.")
         if not blocks and not again:
             notes.append('No valid ids given; pass ids from the candidate list, e.g. {"ids": [1, 2]}.')
-        return "\n\n".join(blocks + notes)
+        return "\n\n".join(self._fitted_blocks(run, blocks) + notes)
+
+    def _fitted_blocks(self, run: _Run, candidates: list[FlashCandidate]) -> list[str]:
+        """Content blocks, each cut to an equal share of the room left in the window (if one is set)."""
+        full = [content_block(c) for c in candidates]
+        if self.context_window is None or not candidates:
+            return full
+        # Room left: the window minus the reply, what was shown so far, and slack for the chat template,
+        # the assistant's call and notes (~16 tokens per message plus 128).
+        room = self.context_window - self.max_output_tokens - run.shown_tokens - 16 * len(run.messages) - 128
+        share = room // len(candidates)
+        out = []
+        for cand, block in zip(candidates, full, strict=True):
+            if self._tokens.count(block) <= share:
+                out.append(block)
+                continue
+            overhead = self._tokens.count(content_block(replace(cand, text=""))) + 24
+            kept = _cut_to(self._tokens, cand.text, share - overhead) if share > overhead else ""
+            note = f"[cut to fit the context: {len(kept)} of {len(cand.text)} chars shown]"
+            out.append(content_block(replace(cand, text=f"{kept}\n\n{note}" if kept else note)))
+            logger.info("flash rerank: [ID:%d] cut to %d of %d chars", cand.display_id, len(kept), len(cand.text))
+        return out
 
     def _accept(self, run: _Run, shown: list[NodeWithScore], text: str, started: float) -> FlashResult:
         parsed = parse_answer(text)
@@ -549,7 +584,7 @@ class FlashReranker(BaseNodePostprocessor):
             source = SelectionSource.MODEL
         elif decision is FlashDecision.NO_CANDIDATES:
             source, selections = SelectionSource.NONE, []
-        elif run.requested:
+        elif run.requested and decision is not FlashDecision.API_ERROR:
             source = SelectionSource.TOOL_REQUESTS
             selections = [FlashSelection(cid, run.by_id[cid].kb_id) for cid in run.requested[: self.max_topics]]
         else:
@@ -628,6 +663,18 @@ class FlashReranker(BaseNodePostprocessor):
             trace.save(path)
         except OSError as exc:
             logger.warning("flash rerank: could not save trace to %s: %s", path, exc)
+
+
+def _cut_to(tokens: TokenCounter, text: str, max_tokens: int) -> str:
+    """The longest prefix within ``max_tokens`` that ends at a paragraph, else a sentence, else a word."""
+    prefix = tokens.truncate(text, max_tokens)
+    if len(prefix) >= len(text):
+        return text
+    for sep in ("\n\n", ". ", "\n", " "):
+        end = prefix.rfind(sep)
+        if end >= len(prefix) // 2:
+            return prefix[: end + (1 if sep == ". " else 0)].rstrip()
+    return prefix.rstrip()
 
 
 def _require_query(query_bundle: QueryBundle | None) -> QueryBundle:

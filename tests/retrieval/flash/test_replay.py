@@ -61,8 +61,8 @@ def test_replay_defaults_to_the_recorded_settings(tmp_path: Path) -> None:
 def test_recorded_api_errors_and_timeouts_replay_to_the_same_fallback(tmp_path: Path) -> None:
     api = _record([tool_call(4), RuntimeError("503")], tmp_path)
     replayed = replay(api)
-    assert (replayed.decision, replayed.source) == (FlashDecision.API_ERROR, SelectionSource.TOOL_REQUESTS)
-    assert replayed.selected_kb_ids == api.selected_kb_ids == kb(4)
+    assert (replayed.decision, replayed.source) == (FlashDecision.API_ERROR, SelectionSource.UPSTREAM)
+    assert replayed.selected_kb_ids == api.selected_kb_ids == kb(1, 2, 3, 4, 5)
 
     slow = SlowScriptedLLM([ANSWER], delays=[1.0])
     timed_out = make_reranker(slow, timeout_s=0.1).rerank_detailed("q", article_nodes(8)).trace

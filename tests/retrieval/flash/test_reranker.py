@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -63,7 +64,7 @@ LADDER = [
         kb(8, 3, 6),
     ),
     ("api_error_before_tool", [RuntimeError("502 bad gateway")], D.API_ERROR, S.UPSTREAM, kb(1, 2, 3, 4, 5)),
-    ("api_error_after_tool", [tool_call(9, 8), RuntimeError("502")], D.API_ERROR, S.TOOL_REQUESTS, kb(9, 8)),
+    ("api_error_after_tool", [tool_call(9, 8), RuntimeError("502")], D.API_ERROR, S.UPSTREAM, kb(1, 2, 3, 4, 5)),
     ("llm_timeout_error", [TimeoutError("read timed out")], D.TIMEOUT, S.UPSTREAM, kb(1, 2, 3, 4, 5)),
     ("all_ids_invented", [answer(77, 88)], D.INVENTED_IDS, S.UPSTREAM, kb(1, 2, 3, 4, 5)),
     ("invented_after_tool", [tool_call(6), answer(77)], D.INVENTED_IDS, S.TOOL_REQUESTS, kb(6)),
@@ -225,6 +226,38 @@ def test_repeated_tool_requests_are_not_loaded_twice() -> None:
     assert "<<<CONTENT id=4>>>" in second
     assert "Already loaded above: 3." in second
     assert result.requested_ids == [2, 3, 4]
+
+
+def test_with_a_context_window_loaded_content_is_cut_at_paragraphs_so_the_prompt_fits() -> None:
+    from ragidx.providers.tokenizer import TokenCounter
+
+    paragraphs = [f"Paragraph {p} of article {{i}} says something useful about setting {p}." for p in range(300)]
+    long_nodes = [article_node(i, text="\n\n".join(paragraphs).replace("{i}", str(i))) for i in range(1, 4)]
+    llm = ScriptedLLM([tool_call(1, 2, 3), answer(2)])
+    flash = make_reranker(llm, context_window=4096, max_output_tokens=400)
+
+    result = flash.rerank_detailed("query", long_nodes)
+
+    tokens = TokenCounter()
+    sent = sum(tokens.count(m.content or "") for m in llm.calls[1].messages)
+    assert sent + 400 <= 4096
+    assert result.decision is D.ACCEPTED and result.selected_kb_ids == kb(2)
+    shown = tool_results(llm, 1)[-1]
+    for i in (1, 2, 3):  # every requested article gets an equal share, cut after a whole paragraph
+        body = shown.split(f"<<<CONTENT id={i}>>>")[1].split("<<<END CONTENT")[0]
+        kept, note = body.rsplit("\n\n", 1)
+        assert note.startswith("[cut to fit the context:")
+        assert re.fullmatch(
+            rf"Paragraph \d+ of article {i} says something useful about setting \d+\.", kept.split("\n\n")[-1]
+        )
+
+
+def test_without_a_context_window_content_is_sent_whole() -> None:
+    text = "\n\n".join(f"Paragraph {p}." for p in range(2000))
+    llm = ScriptedLLM([tool_call(1), answer(1)])
+    make_reranker(llm).rerank_detailed("query", [article_node(1, text=text)])
+    assert "Paragraph 1999." in tool_results(llm, 1)[-1]
+    assert "cut to fit" not in tool_results(llm, 1)[-1]
 
 
 def test_tool_ids_given_as_a_string_are_understood() -> None:
