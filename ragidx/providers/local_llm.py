@@ -139,7 +139,10 @@ def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
 
 
 def _parent_death_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to SIGTERM the server if ragidx's process dies (even by SIGKILL).
+    """A ``preexec_fn`` that asks Linux to SIGKILL the server if ragidx's process dies (even by SIGKILL).
+
+    SIGKILL, not SIGTERM: on SIGTERM uvicorn shuts down gracefully, finishing the generation in flight,
+    which kept an orphaned 1.5B server busy for minutes after its parent was gone.
 
     libc is resolved here, in the parent: the child runs only the ``prctl`` call before ``exec`` (no
     imports, no locks), which is what is safe in a child forked from a threaded process.
@@ -154,7 +157,7 @@ def _parent_death_hook() -> Callable[[], None] | None:
         return None
 
     def hook() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
     return hook
 
