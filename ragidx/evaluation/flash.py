@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ragidx.article import Article
-from ragidx.retrieval.article_grouper import article_to_node
 from ragidx.retrieval.flash import FlashReranker, FlashResult
-from ragidx.retrieval.retriever import ArticleRetriever
+from ragidx.retrieval.retriever import ArticleRetriever, article_nodes
 
 __all__ = ["evaluate_flash", "set_scores"]
 
@@ -94,8 +93,7 @@ async def evaluate_flash(
         t0 = time.perf_counter()
         articles: list[Article] = await retriever.aretrieve(query, top_k=candidates)
         retrieval_ms.append((time.perf_counter() - t0) * 1000)
-        nodes = [article_to_node(a, float(a.metadata.get("rerank_score", 0.0))) for a in articles]
-        result = await flash.arerank_detailed(query, nodes)
+        result = await flash.arerank_detailed(query, article_nodes(articles))
         results.append(result)
         if trace_dir is not None and result.trace is not None:
             result.trace.save(trace_dir / f"{qid}.json")

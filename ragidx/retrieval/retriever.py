@@ -40,7 +40,7 @@ from llama_index.core.vector_stores.types import (
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
 
-__all__ = ["ArticleRetriever", "SearchMode"]
+__all__ = ["ArticleRetriever", "SearchMode", "article_nodes"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
@@ -171,13 +171,13 @@ class ArticleRetriever:
         """Step 4 (with an ``article_reranker``): its choice, at most ``top_k``, ranks recomputed."""
         if self.article_reranker is None:
             return articles[: top_k or self.top_k]
-        nodes = self.article_reranker.postprocess_nodes(_article_nodes(articles), query_bundle=_bundle(query))
+        nodes = self.article_reranker.postprocess_nodes(article_nodes(articles), query_bundle=_bundle(query))
         return _reranked(articles, nodes, top_k or self.top_k)
 
     async def arerank_articles(self, query: str, articles: list[Article], top_k: int | None = None) -> list[Article]:
         if self.article_reranker is None:
             return articles[: top_k or self.top_k]
-        nodes = await self.article_reranker.apostprocess_nodes(_article_nodes(articles), query_bundle=_bundle(query))
+        nodes = await self.article_reranker.apostprocess_nodes(article_nodes(articles), query_bundle=_bundle(query))
         return _reranked(articles, nodes, top_k or self.top_k)
 
     # --- the whole chain -----------------------------------------------------------------------------
@@ -229,7 +229,8 @@ def _bundle(query: str) -> QueryBundle:
     return QueryBundle(query_str=query)
 
 
-def _article_nodes(articles: list[Article]) -> list[NodeWithScore]:
+def article_nodes(articles: list[Article]) -> list[NodeWithScore]:
+    """Articles as whole-article nodes for an article reranker, scored by their ``rerank_score``."""
     return [article_to_node(a, float(a.metadata.get(RERANK_SCORE, 0.0))) for a in articles]
 
 
