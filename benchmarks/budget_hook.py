@@ -5,30 +5,39 @@ sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeat
 ~600-token system prompt, the tool schema and a short conversation. Each window size is timed
 ``--repeats`` times cold (a fresh budget: nothing counted yet, as when new tool results arrive) and
 warm (the same budget again after ``--warmup`` runs: the next LLM call of the turn re-sends the same
-messages, whose token counts are cached); prints ONE JSON line with p50/p95 milliseconds.
+messages, whose token counts are cached).
+
+``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
+tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
+configuration, local ``qwen2.5-1.5b``, counts with) or ``both``. The vocabulary is loaded and scanned
+before timing (once per process in the app, about a second). Prints ONE JSON line per tokenizer: wall-clock p50/p95
+milliseconds (``*_ms``), the same runs' CPU time of this process (``*_cpu_*_ms``: less disturbed by
+other load on a shared machine) and the load average before and after.
 
 Run::
 
-    python benchmarks/budget_hook.py --kb ../shared/data/kb/libreoffice_en.jsonl
+    python benchmarks/budget_hook.py --kb ../shared/data/kb/libreoffice_en.jsonl --tokenizer both
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
-from ragidx.providers.tokenizer import TokenCounter
+from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
 DEFAULT_KB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kb" / "libreoffice_en.jsonl"
 WINDOWS = (4096, 8192, 16384, 131072)
@@ -102,31 +111,62 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--kb", type=Path, default=DEFAULT_KB, help="JSONL with id, title, url, text")
-    parser.add_argument("--articles", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args(argv)
+def gguf_path(model: str) -> str:
+    """The local model's GGUF file (joined from its packaged parts on first use)."""
+    from ragidx.providers.local_llm import assemble_gguf
 
-    tokens = TokenCounter()
+    return str(assemble_gguf(model))
+
+
+def counter_factory(name: str, model: str) -> Callable[[], TokenCounter]:
+    """New counters of one kind (each cold run gets its own; a GGUF vocabulary loads once per process)."""
+    if name == "tiktoken":
+        return TokenCounter
+    path = gguf_path(model)
+    warm = GGUFTokenCounter(path)
+    warm.count("warm up")  # loads the vocabulary (and scans it, once per process) outside the timings
+    getattr(warm, "word_additive", None)  # (absent from older versions, which this also measures)
+
+    def make() -> TokenCounter:
+        return GGUFTokenCounter(path)
+
+    return make
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+    """``fn(*args, **kwargs)``, its wall-clock and CPU (this process) milliseconds."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args, **kwargs)
+    return out, (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
+
+
+def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
+    new_counter = counter_factory(tokenizer, args.gguf_model)
+    tokens = new_counter()
     acc = PromptAccountant(tokens)
-    articles = load_articles(args.kb, args.articles, tokens, args.seed)
+    articles = load_articles(args.kb, args.articles, TokenCounter(), args.seed)  # the same sample for all
     messages = build_messages(articles)
     system_prompt = (
         "You answer questions about LibreOffice from the knowledge-base articles that the "
         "retrieve_context tool returns. Cite every claim with the article's title and URL. " * 15
     )
-    budget = ContextBudget(tokens, fallback_context_window=131072)  # extractive compressor by default
+    budget = ContextBudget(new_counter(), fallback_context_window=131072)  # extractive compressor by default
     prompt_tokens = acc.count_prompt(messages, system_prompt=system_prompt, tools=[TOOL_SPEC])
     result: dict[str, Any] = {
         "benchmark": "budget_hook",
+        "tokenizer": tokens.encoding_name,
         "articles": args.articles,
         "article_tokens": sum(tokens.count(a["content"]) for a in articles),
         "prompt_tokens_before": prompt_tokens,
         "repeats": args.repeats,
+        "load_avg_before": load_average(),
         "windows": {},
     }
     for window in WINDOWS:
@@ -139,18 +179,20 @@ def main(argv: list[str] | None = None) -> int:
         # cold: a fresh budget (empty token-count cache), as when new tool results arrive;
         # warm: the same budget again, as on the next LLM call of the turn with the same messages.
         cold: list[float] = []
+        cold_cpu: list[float] = []
         for _ in range(args.repeats):
-            fresh = ContextBudget(TokenCounter(), fallback_context_window=131072)
-            start = time.perf_counter()
-            fresh.apply(messages, **kwargs)
-            cold.append((time.perf_counter() - start) * 1000)
+            fresh = ContextBudget(new_counter(), fallback_context_window=131072)
+            _, wall_ms, cpu_ms = timed(fresh.apply, messages, **kwargs)
+            cold.append(wall_ms)
+            cold_cpu.append(cpu_ms)
         for _ in range(args.warmup):
             budget.apply(messages, **kwargs)
         times: list[float] = []
+        cpu: list[float] = []
         for _ in range(args.repeats):
-            start = time.perf_counter()
-            out = budget.apply(messages, **kwargs)
-            times.append((time.perf_counter() - start) * 1000)
+            out, wall_ms, cpu_ms = timed(budget.apply, messages, **kwargs)
+            times.append(wall_ms)
+            cpu.append(cpu_ms)
         sent = out.messages if out.messages is not None else messages
         after = acc.count_prompt(sent, system_prompt=system_prompt, tools=[TOOL_SPEC])
         result["windows"][str(window)] = {
@@ -158,15 +200,41 @@ def main(argv: list[str] | None = None) -> int:
             "cold_p95_ms": round(percentile(cold, 0.95), 2),
             "p50_ms": round(statistics.median(times), 2),
             "p95_ms": round(percentile(times, 0.95), 2),
+            "cold_cpu_p50_ms": round(statistics.median(cold_cpu), 2),
+            "cold_cpu_p95_ms": round(percentile(cold_cpu, 0.95), 2),
+            "cpu_p50_ms": round(statistics.median(cpu), 2),
+            "cpu_p95_ms": round(percentile(cpu, 0.95), 2),
             "tokens_after": after,
             "fits": after + out.report.safety_margin_tokens + 512 <= window,
             "path": out.report.path,
         }
     result["max_p95_ms"] = max(w["p95_ms"] for w in result["windows"].values())
     result["max_cold_p95_ms"] = max(w["cold_p95_ms"] for w in result["windows"].values())
+    result["max_cold_cpu_p95_ms"] = max(w["cold_cpu_p95_ms"] for w in result["windows"].values())
     result["target_ms"] = 50
+    result["load_avg_after"] = load_average()
     result["machine"] = f"{platform.machine()}, {os.cpu_count()} cpus (shared)"
-    print(json.dumps(result))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--kb", type=Path, default=DEFAULT_KB, help="JSONL with id, title, url, text")
+    parser.add_argument("--articles", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--tokenizer",
+        choices=("tiktoken", "gguf", "both"),
+        default="both",
+        help="tiktoken cl100k_base, the local model's GGUF vocabulary (the default configuration's), or both",
+    )
+    parser.add_argument("--gguf-model", default="qwen2.5-1.5b", help="packaged local model or a .gguf path")
+    args = parser.parse_args(argv)
+    logging.getLogger("ragidx.budget").setLevel(logging.ERROR)  # one fallback warning per run otherwise
+    for tokenizer in ("tiktoken", "gguf") if args.tokenizer == "both" else (args.tokenizer,):
+        print(json.dumps(run(args, tokenizer)), flush=True)
     return 0
 
 

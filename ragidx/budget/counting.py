@@ -4,6 +4,9 @@ The hook runs before every LLM call of a turn, and each call re-sends the same s
 history and tool results: counting them once instead of on every call is most of the hook's cost.
 Counts are exact (a cache hit returns what ``TokenCounter.count`` returned for the same string).
 
+``count_edited`` and ``count_spliced`` count a text from one it was made from
+(exact for word-additive counters, see ``TokenCounter``); their results are cached like any other count.
+
 Example:
     >>> tok = CachedTokenCounter()
     >>> tok.count("hello world " * 20) == tok.count("hello world " * 20)
@@ -16,9 +19,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
-
-import tiktoken
 
 from ragidx.providers.tokenizer import TokenCounter
 
@@ -67,8 +69,8 @@ class CachedTokenCounter(TokenCounter):
         return cls(counter)
 
     @property
-    def _encoding(self) -> tiktoken.Encoding:
-        return self._inner._encoding
+    def word_additive(self) -> bool:
+        return self._inner.word_additive
 
     def encode(self, text: str) -> list[int]:
         return self._inner.encode(text)  # the inner counter may not be tiktoken (a model's own vocabulary)
@@ -80,14 +82,23 @@ class CachedTokenCounter(TokenCounter):
         if not text:
             return 0
         if len(text) < self.min_chars:
-            return len(self.encode(text))
+            return self._inner.count(text)
+        cached = self._lookup(text)
+        if cached is not None:
+            return cached
+        n = self._inner.count(text)
+        self._remember(text, n)
+        return n
+
+    def _lookup(self, text: str) -> int | None:
         with self._lock:
             cached = self._cache.get(text)
             if cached is not None:
                 self._cache.move_to_end(text)
                 self._hits += 1
-                return cached
-        n = len(self.encode(text))
+            return cached
+
+    def _remember(self, text: str, n: int) -> None:
         with self._lock:
             self._misses += 1
             if text not in self._cache:
@@ -96,6 +107,31 @@ class CachedTokenCounter(TokenCounter):
                 while self._cache and (len(self._cache) > self.max_entries or self._chars > self.max_chars):
                     old, _ = self._cache.popitem(last=False)
                     self._chars -= len(old)
+
+    def cached(self, text: str) -> int | None:
+        """The remembered count of ``text``, or ``None`` (counts nothing)."""
+        with self._lock:
+            return self._cache.get(text)
+
+    def count_spliced(self, source: str, source_count: int, layout: Sequence[tuple[int, int] | str]) -> int:
+        new = "".join(source[part[0] : part[1]] if isinstance(part, tuple) else part for part in layout)
+        if len(new) < self.min_chars or not self._inner.word_additive:
+            return self.count(new)
+        cached = self._lookup(new)
+        if cached is not None:
+            return cached
+        n = super().count_spliced(source, source_count, layout)
+        self._remember(new, n)
+        return n
+
+    def count_edited(self, old: str, old_count: int, new: str) -> int:
+        if len(new) < self.min_chars or not self._inner.word_additive:
+            return self.count(new)
+        cached = self._lookup(new)
+        if cached is not None:
+            return cached
+        n = super().count_edited(old, old_count, new)
+        self._remember(new, n)
         return n
 
     def clear(self) -> None:
@@ -105,4 +141,9 @@ class CachedTokenCounter(TokenCounter):
 
     def cache_info(self) -> dict[str, Any]:
         with self._lock:
-            return {"hits": self._hits, "misses": self._misses, "entries": len(self._cache), "chars": self._chars}
+            return {
+                "hits": self._hits,
+                "misses": self._misses,
+                "entries": len(self._cache),
+                "chars": self._chars,
+            }

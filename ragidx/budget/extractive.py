@@ -6,7 +6,8 @@ digits), a small prior for early sentences and for sentences naming the article'
 sentences are kept in their original order until the target is filled; the next best one is cut to
 fill what is left (ending in "…"), so the result is within the target and within a few tokens of it.
 Sentence costs are estimated from their share of the article's characters and the assembled result is
-then counted exactly and adjusted, which keeps the compressor to a few tokenizer calls per article.
+then counted exactly and adjusted, a few times at most; after the first draft only what changed from the
+draft before is tokenized (exact for word-additive counters, see ``TokenCounter.count_edited``).
 
 Example:
     >>> from ragidx.article import Article
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,7 +38,7 @@ ELLIPSIS = "…"
 _FIT_ROUNDS = 4
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Doc:
     units: list[Unit]
     unit_terms: list[list[str]]
@@ -52,6 +54,8 @@ class ExtractiveCompressor:
             HotpotQA questions 0-249, 2.0 kept fewer answers at 25% and 10%; neutral on 250-499).
         position_prior: Bonus (in units of the mean term weight) for the first sentence, decaying.
         title_boost: Bonus (same units) for sentences that share terms with the article's title.
+        max_cached_docs: Articles whose sentences and terms are remembered (each LLM call of a turn
+            compresses the same articles again).
 
     Example:
         >>> comp = ExtractiveCompressor()
@@ -70,6 +74,7 @@ class ExtractiveCompressor:
         entity_boost: float = 1.0,
         position_prior: float = 0.5,
         title_boost: float = 0.3,
+        max_cached_docs: int = 256,
     ) -> None:
         self.tokens = token_counter or TokenCounter()
         self.k1 = k1
@@ -77,6 +82,9 @@ class ExtractiveCompressor:
         self.entity_boost = entity_boost
         self.position_prior = position_prior
         self.title_boost = title_boost
+        self.max_cached_docs = max_cached_docs
+        self._docs: OrderedDict[str, _Doc] = OrderedDict()
+        self._docs_lock = threading.Lock()
 
     # --- protocol -------------------------------------------------------------------------------------
     def compress(self, article: Article, target_tokens: int, question: str) -> str:
@@ -104,8 +112,19 @@ class ExtractiveCompressor:
 
     # --- scoring --------------------------------------------------------------------------------------
     def _doc(self, text: str) -> _Doc:
+        """The article's sentences and their terms, remembered for the next LLM calls of the turn."""
+        with self._docs_lock:
+            doc = self._docs.get(text)
+            if doc is not None:
+                self._docs.move_to_end(text)
+                return doc
         units = split_units(text)
-        return _Doc(units, [terms(u.text) for u in units])
+        doc = _Doc(units, [terms(u.text) for u in units])
+        with self._docs_lock:
+            self._docs[text] = doc
+            while len(self._docs) > self.max_cached_docs:
+                self._docs.popitem(last=False)
+        return doc
 
     def _query_weights(self, question: str, docs: Sequence[_Doc]) -> dict[str, float]:
         q_terms = set(terms(question))
@@ -115,7 +134,8 @@ class ExtractiveCompressor:
         df: Counter[str] = Counter()
         for d in docs:
             for ts in d.unit_terms:
-                df.update(q_terms.intersection(ts))
+                if common := q_terms.intersection(ts):
+                    df.update(common)
         entities = {stem(w.lower()) for w in _ENTITY.findall(question[1:])} | {
             t for t in q_terms if any(ch.isdigit() for ch in t)
         }
@@ -131,14 +151,17 @@ class ExtractiveCompressor:
         mean_w = (sum(weights.values()) / len(weights)) if weights else 1.0
         title_terms = set(terms(title))
         scores: list[float] = []
+        is_query_term = weights.__contains__
+        prior, k1, b, boost = self.position_prior * mean_w, self.k1, self.b, self.title_boost * mean_w
         for pos, ts in enumerate(doc.unit_terms):
-            s = self.position_prior * mean_w / (1 + pos)
-            hits = [t for t in ts if t in weights]
+            s = prior / (1 + pos)
+            hits = list(filter(is_query_term, ts))
             if hits:
-                norm = self.k1 * (1 - self.b + self.b * len(ts) / (avg or 1.0))
-                s += sum(weights[t] * f * (self.k1 + 1) / (f + norm) for t, f in Counter(hits).items())
+                norm = k1 * (1 - b + b * len(ts) / (avg or 1.0))
+                # Each hit term once, in order of first appearance (as Counter would, cheaper for a few).
+                s += sum(weights[t] * f * (k1 + 1) / (f + norm) for t in dict.fromkeys(hits) if (f := hits.count(t)))
             if title_terms and not title_terms.isdisjoint(ts):
-                s += self.title_boost * mean_w
+                s += boost
             scores.append(s)
         return scores
 
@@ -164,21 +187,25 @@ class ExtractiveCompressor:
         cost = [max(1, math.ceil(len(u.text) * ratio)) for u in doc.units]
         order = sorted(range(len(doc.units)), key=lambda i: (-scores[i], i))
         chosen: list[int] = []
+        in_chosen: set[int] = set()
         partial: tuple[int, int] | None = None
         used = 0
         for i in order:
             rest = target - used
             if cost[i] <= rest:
                 chosen.append(i)
+                in_chosen.add(i)
                 used += cost[i]
             elif rest >= max(_MIN_FILL_TOKENS, cost[i] // 2):
                 # A good sentence that half fits is worth more than a worse one that fits whole.
                 partial = (i, rest)
                 break
-        result = ""
-        for _ in range(_FIT_ROUNDS):
-            result = self._assemble(text, doc.units, set(chosen), partial, weights)
-            n = self.tokens.count(result)
+        result, n = "", 0
+        for round_no in range(_FIT_ROUNDS):
+            draft = self._assemble(text, doc.units, in_chosen, partial, weights)
+            # A later draft differs from the one before in a sentence or two: count only that.
+            n = self.tokens.count(draft) if round_no == 0 else self.tokens.count_edited(result, n, draft)
+            result = draft
             if n > target:
                 over = n - target
                 if partial is not None and partial[1] - over >= _MIN_FILL_TOKENS:
@@ -187,6 +214,7 @@ class ExtractiveCompressor:
                     partial = None
                 elif chosen:
                     weakest = chosen.pop()
+                    in_chosen.discard(weakest)
                     keep = cost[weakest] - over
                     partial = (weakest, keep) if keep >= _MIN_FILL_TOKENS else None
                 else:
@@ -198,13 +226,14 @@ class ExtractiveCompressor:
                 else:
                     if partial is not None:
                         chosen.append(partial[0])
-                    nxt = next((i for i in order if i not in chosen), None)
+                        in_chosen.add(partial[0])
+                    nxt = next((i for i in order if i not in in_chosen), None)
                     if nxt is None:
                         break
                     partial = (nxt, rest)
             else:
                 break
-        if self.tokens.count(result) > target:
+        if n > target:
             result = self.tokens.truncate(result, target)
         return result
 
@@ -218,15 +247,16 @@ class ExtractiveCompressor:
     ) -> str:
         parts: list[str] = []
         prev: int | None = None
-        for i, unit in enumerate(units):
+        shown = sorted(chosen if partial is None else chosen | {partial[0]})
+        for i in shown:
+            unit = units[i]
             if i in chosen:
                 piece = unit.text
-            elif partial is not None and partial[0] == i:
+            else:
+                assert partial is not None
                 piece = self._cut(unit.text, partial[1], weights)
                 if not piece.strip(ELLIPSIS):
                     continue
-            else:
-                continue
             if prev is not None:
                 gap = text[units[prev].end : unit.start]
                 # Adjacent units keep their own separator; across a gap, a line break if one was skipped.

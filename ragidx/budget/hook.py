@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import re
@@ -82,6 +83,12 @@ REFERENCE_KEY = "see_above"
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
 _SLACK_PER_ARTICLE = 2
+_SPLICE_MIN_CHARS = 2048
+"""Rewritten tool messages shorter than this are counted directly."""
+_SPLICE_MIN_LINE = 12
+"""Shorter lines of a compressed article are not looked up in the original (they would match anywhere)."""
+_SPLICE_LOOKAHEAD = 4096
+"""How far past the previous line a compressed article's next line is looked for in the original."""
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
 
 
@@ -147,6 +154,7 @@ class _Run:
     changed: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sources: dict[int, str] = field(default_factory=dict)
     slots: dict[int, list[_Slot]] = field(default_factory=dict)
     entries: dict[str, _Entry] = field(default_factory=dict)
     memory_changed: bool = False
@@ -427,7 +435,11 @@ class ContextBudget:
             payload = parse_tool_payload(m)
             if payload is not None:
                 run.payloads[i] = payload
+                run.sources[i] = message_text(m)
         if not any(p["articles"] for p in run.payloads.values()):
+            # Nothing to rewrite: the tool messages are sent as they came, and counted so (re-rendering
+            # them here would count a compact copy that is never sent).
+            run.payloads.clear()
             return []
         order = sorted(run.payloads)
         seen: set[str] = set()
@@ -587,13 +599,60 @@ class ContextBudget:
         for i in run.payloads:
             if i in run.removed:
                 continue
-            run.messages[i] = self._render(run, i)
+            run.messages[i], shown = self._render(run, i)
+            self._count_from_source(run, i, message_text(run.messages[i]), shown)
             run.counts[i] = self.accountant.count_message(run.messages[i])
 
-    def _render(self, run: _Run, i: int) -> ChatMessage:
+    def _count_from_source(self, run: _Run, i: int, text: str, shown: list[_Entry]) -> None:
+        """Count a rewritten tool message as an edit of the one it replaces (counted already) when it keeps most
+        of it: the articles' text it keeps, escaped alike, is not tokenized again. Exact
+        (``TokenCounter.count_spliced``); the count lands in the token cache, where counting the message finds it.
+        """
+        source = run.sources.get(i)
+        if source is None or len(text) < _SPLICE_MIN_CHARS or self.tokens.cached(text) is not None:
+            return
+        if not self.tokens.word_additive:
+            return
+        contents = [(e, json.dumps(e.content, ensure_ascii=False)[1:-1]) for e in shown if e.content]
+        if 5 * sum(len(escaped) for _, escaped in contents) <= 3 * len(source):
+            return  # keeps too little of it (the edits must be under half): counting the message costs less
+        layout: list[tuple[int, int] | str] = []
+        pos = cursor = kept = 0  # in text, in source
+        for e, escaped in contents:
+            at = text.find(escaped, pos)
+            original = json.dumps(str(e.article.get("content") or ""), ensure_ascii=False)[1:-1]
+            base = source.find(original, cursor) if at >= 0 else -1
+            if base < 0:
+                continue
+            layout.append(text[pos:at])
+            if escaped == original:
+                layout.append((base, base + len(original)))
+                kept += len(original)
+            else:  # a compressed copy: its lines, found in order in the original (a little ahead at most)
+                offset = 0
+                lines = escaped.split("\\n")
+                for n, line in enumerate(lines):
+                    chunk = line + "\\n" if n < len(lines) - 1 else line
+                    found = -1
+                    if len(chunk) >= _SPLICE_MIN_LINE:
+                        found = original.find(chunk, offset, offset + len(chunk) + _SPLICE_LOOKAHEAD)
+                    if found < 0:
+                        layout.append(chunk)
+                    else:
+                        layout.append((base + found, base + found + len(chunk)))
+                        offset = found + len(chunk)
+                        kept += len(chunk)
+            pos, cursor = at + len(escaped), base + len(original)
+        if 2 * kept <= len(source):
+            return
+        layout.append(text[pos:])
+        self.tokens.count_spliced(source, self.tokens.count(source), layout)
+
+    def _render(self, run: _Run, i: int) -> tuple[ChatMessage, list[_Entry]]:
         source = run.payloads[i]
         payload = {k: v for k, v in source.items() if k not in ("articles", "metadata")}
         articles: list[dict[str, Any]] = []
+        shown: list[_Entry] = []
         saved = compressed = dropped = references = 0
         for slot in run.slots.get(i, []):
             e = run.entries[slot.key]
@@ -622,6 +681,7 @@ class ContextBudget:
             saved += max(0, slot.original_tokens - e.tokens)
             art["metadata"] = meta
             articles.append(art)
+            shown.append(e)
         payload["articles"] = articles
         meta_in = source.get("metadata")
         meta_out: dict[str, Any] = copy.deepcopy(meta_in) if isinstance(meta_in, dict) else {}
@@ -631,7 +691,7 @@ class ContextBudget:
         if references:
             meta_out["references_count"] = references
         payload["metadata"] = meta_out
-        return replace_text(run.messages[i], dump_payload(payload))
+        return replace_text(run.messages[i], dump_payload(payload)), shown
 
     # --- result ---------------------------------------------------------------------------------------
     def _result(self, run: _Run) -> BudgetResult:

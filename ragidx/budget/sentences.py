@@ -16,8 +16,8 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 __all__ = ["Unit", "split_units", "stem", "terms"]
 
@@ -68,9 +68,9 @@ _RU_ENDINGS = tuple(
 )
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One sentence (or line) as a span ``text[start:end]`` of the source."""
+class Unit(NamedTuple):
+    """One sentence (or line) as a span ``text[start:end]`` of the source (a named tuple: thousands are
+    made per call, and a frozen dataclass costs several times more to build)."""
 
     start: int
     end: int
@@ -87,14 +87,22 @@ def _is_abbreviation(before: str) -> bool:
 def split_units(text: str) -> list[Unit]:
     """Sentences and lines of ``text`` as spans, in order; blank text gives ``[]``."""
     units: list[Unit] = []
+    append = units.append
     pos = 0
+    boundary = _BOUNDARY.search
     for line in text.splitlines(keepends=True):
         line_start, body = pos, line.rstrip("\r\n")
         pos += len(line)
-        if not body.strip():
+        stripped = body.strip()
+        if not stripped:
+            continue
+        first = boundary(body)
+        if first is None:  # most lines: one unit, the line without its surrounding whitespace
+            start = line_start + body.find(stripped[0])  # everything before that character is whitespace
+            append(Unit(start, start + len(stripped), stripped))
             continue
         cut = 0
-        for m in _BOUNDARY.finditer(body):
+        for m in _BOUNDARY.finditer(body, first.start()):
             end_punct = m.start() + len(m.group(0).rstrip())
             before = body[cut : m.start() + 1].rsplit(None, 1)  # the word before the dot (no regex: O(n))
             if before and _is_abbreviation(before[-1]):
@@ -108,12 +116,40 @@ def split_units(text: str) -> list[Unit]:
 
 
 def _append(units: list[Unit], text: str, start: int, end: int) -> None:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if end > start:
-        units.append(Unit(start, end, text[start:end]))
+    span = text[start:end]
+    left = span.lstrip()
+    piece = left.rstrip()
+    if piece:
+        start += len(span) - len(left)
+        units.append(Unit(start, start + len(piece), piece))
+
+
+class _Terms(dict[str, str]):
+    """Lower-cased word -> its search term ("" for a stop word), filled on first sight."""
+
+    def __missing__(self, word: str) -> str:
+        term = "" if word in _STOP else stem(word)
+        if len(self) < 1 << 17:
+            self[word] = term
+        return term
+
+
+_TERMS = _Terms()
+
+
+class _AsciiTerms(dict[bytes, str]):
+    """``_Terms`` keyed by the ASCII bytes of the word."""
+
+    def __missing__(self, word: bytes) -> str:
+        term = _TERMS[word.decode("ascii")]
+        if len(self) < 1 << 17:
+            self[word] = term
+        return term
+
+
+_ASCII_TERMS = _AsciiTerms()
+_ASCII_FOLD = bytes((b + 32 if 65 <= b <= 90 else b) if chr(b).isalnum() or b == 95 else 32 for b in range(256))
+"""Lower-cases ASCII letters, keeps digits and "_" (what ``\\w`` matches in ASCII), blanks the rest."""
 
 
 @lru_cache(maxsize=1 << 16)
@@ -133,4 +169,6 @@ def stem(word: str) -> str:
 
 def terms(text: str) -> list[str]:
     """Search terms of ``text``: lower-cased words minus stop words, stemmed."""
-    return [stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    if text.isascii():  # the same words as the regex, found by a byte table (several times faster)
+        return list(filter(None, map(_ASCII_TERMS.__getitem__, text.encode("ascii").translate(_ASCII_FOLD).split())))
+    return list(filter(None, map(_TERMS.__getitem__, _WORD.findall(text.lower()))))

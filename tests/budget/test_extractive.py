@@ -54,3 +54,13 @@ def test_without_question_terms_keeps_the_beginning() -> None:
     assert text.startswith(out.split(". ")[0])
 
 
+def test_sentences_are_split_once_per_article_and_the_cache_is_bounded() -> None:
+    comp = ExtractiveCompressor(max_cached_docs=2)
+    text = " ".join(f"Sentence {i} is about tables and the Insert menu." for i in range(40))
+    article = Article("a", "Tables", "", text)
+    first = comp.compress(article, 30, "insert a table")
+    assert len(comp._docs) == 1
+    assert comp.compress(article, 30, "insert a table") == first  # the remembered split gives the same result
+    for i in range(3):
+        comp.compress(Article(f"k{i}", "T", "", f"Other text {i}. " * 50), 20, "q")
+    assert len(comp._docs) == 2

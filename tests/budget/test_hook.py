@@ -205,6 +205,18 @@ def test_zero_articles_and_no_tool_messages() -> None:
     assert result.messages[-1].content == "and now?"
 
 
+def test_tool_results_without_articles_are_sent_and_counted_as_they_came() -> None:
+    # Over the trigger with an empty result: the message is not rewritten, so the report counts the original
+    # (it used to count a compact re-rendering that was never sent).
+    messages = [user("q"), tool_call("c1"), tool_result("c1", [])]
+    system = text_of_tokens(1700, 3)
+    result = ContextBudget().apply(
+        messages, system_prompt=system, tools=TOOLS, context_window=2321, max_output_tokens=16
+    )
+    assert result.messages is None and result.report.path == ["nothing_to_compress"]
+    assert result.report.tokens_after == prompt_tokens(messages, system)
+
+
 def test_single_article_gets_whole_budget() -> None:
     messages = [
         user("q"),

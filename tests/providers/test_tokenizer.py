@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import json
+import random
+
 import pytest
 
-from ragidx.providers.tokenizer import TokenCounter, load_encoding
+from ragidx.providers.tokenizer import TokenCounter, load_encoding, space_segments
 
 
 def test_counts_offline_with_the_bundled_encodings() -> None:
@@ -38,3 +41,117 @@ def test_gguf_counter_uses_the_local_models_own_vocabulary() -> None:
     cut = qwen.truncate(text, 7)
     assert qwen.count(cut) <= 7 and text.startswith(cut)
     assert CachedTokenCounter.wrap(qwen).count(text * 3) == qwen.count(text * 3)  # the budget's cache delegates
+
+
+# Texts that stress the pre-tokenizers' whitespace rules: runs of spaces, spaces after line breaks and
+# tabs, punctuation before breaks, contractions, digits, Cyrillic, emoji, JSON escapes.
+TRICKY = [
+    'Choose Insert - Table of Contents and Index.\n\n  Tip:  the "Update" button (F9) isn\'t shown;',
+    "a  b   c    d\n  e\t f \r\n g\u00a0 h\u2003 i",
+    "It's 1999-12-31, 3.5 MB; don't   panic!!  ...   \n\n\n   end  ",
+    "Кнопка «Обновить» в меню Сервис.  Готово 📄 \n - пункт",
+    json.dumps({"content": 'line one\nline "two"\t tab \\ slash', "title": "A  B"}, ensure_ascii=False),
+    " leading space",
+    "trailing space ",
+    "   ",
+    "word",
+]
+
+
+def test_encode_treats_special_token_text_as_plain_text() -> None:
+    tok = TokenCounter()
+    text = "Say <|endoftext|> and <|fim_prefix|> literally."
+    assert tok.encode(text) == tok._encoding.encode(text, disallowed_special=())
+
+
+def test_space_segments_rebuild_the_text_and_their_counts_add_up() -> None:
+    for name in ("cl100k_base", "o200k_base"):
+        tok = TokenCounter(name)
+        assert tok.word_additive
+        for text in TRICKY:
+            head, *rest = space_segments(text)
+            assert head + "".join(" " + s for s in rest) == text
+            assert tok.count(text) == tok.count(head) + sum(tok.count(" " + s) for s in rest), (name, text)
+
+
+def test_count_edited_equals_counting_the_new_text() -> None:
+    rng = random.Random(4)
+    inserts = ["", " ", "  ", "\n", "\n ", "…", " word", "word ", ".\n\n", "\t", "'s", ' "q" ', "Вставка ", "12 34"]
+    for name in ("cl100k_base", "o200k_base"):
+        tok = TokenCounter(name)
+        for _ in range(300):
+            old = rng.choice(TRICKY) * rng.randint(1, 4)
+            start = rng.randint(0, len(old))
+            end = min(len(old), start + rng.randint(0, 40))
+            new = old[:start] + rng.choice(inserts + [rng.choice(TRICKY)[:20]]) + old[end:]
+            assert tok.count_edited(old, tok.count(old), new) == tok.count(new), (name, old, new)
+
+
+def test_count_spliced_equals_counting_the_new_text() -> None:
+    rng = random.Random(5)
+    joints = ["", " ", "\n", "\n\n", "…", " x", "word…", "\t", ". "]
+    for name in ("cl100k_base", "o200k_base"):
+        tok = TokenCounter(name)
+        for _ in range(300):
+            source = " ".join(rng.sample(TRICKY, 4))
+            cuts = sorted(rng.sample(range(len(source) + 1), rng.randint(2, 10)))
+            layout: list[tuple[int, int] | str] = []
+            for start, end in zip(cuts[::2], cuts[1::2], strict=False):
+                layout += [rng.choice(joints), (start, end)]
+            new = "".join(source[p[0] : p[1]] if isinstance(p, tuple) else p for p in layout)
+            assert tok.count_spliced(source, tok.count(source), layout) == tok.count(new), (name, layout)
+
+
+def test_a_counter_that_counts_its_own_way_is_not_word_additive() -> None:
+    class Words(TokenCounter):
+        def encode(self, text: str) -> list[int]:
+            return [0] * len(text.split())
+
+    assert not Words().word_additive
+
+
+@pytest.mark.slow
+def test_gguf_counter_tokenizes_exactly_as_llama_cpp_and_is_word_additive() -> None:
+    from ragidx.providers.local_llm import assemble_gguf
+    from ragidx.providers.tokenizer import GGUFTokenCounter, _llama_tokens
+
+    qwen = GGUFTokenCounter(assemble_gguf("qwen2.5-0.5b"))
+    assert qwen.fast_encoding is not None and qwen.word_additive
+    for text in TRICKY:
+        assert (
+            qwen.encode(text)
+            == _llama_tokens(qwen.vocab, text)
+            == list(qwen.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        )
+        head, *rest = space_segments(text)
+        assert qwen.count(text) == qwen.count(head) + sum(qwen.count(" " + s) for s in rest), text
+    old = TRICKY[0] + " " + TRICKY[3]
+    for new in (old.replace("Tip:", "Hint:"), old.replace(" the ", "\n"), old[:40] + "…"):
+        assert qwen.count_edited(old, qwen.count(old), new) == qwen.count(new)
+    # A user-defined token's text is one token to llama.cpp, its pieces to tiktoken: an over-count, never under.
+    assert qwen.count("a <tool_call> b") > len(_llama_tokens(qwen.vocab, "a <tool_call> b"))
+    assert GGUFTokenCounter(qwen.gguf_path).vocab is qwen.vocab  # loaded once per process
+
+
+@pytest.mark.slow
+def test_gguf_counter_falls_back_to_llama_cpp_where_tiktoken_would_differ(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ragidx.providers import tokenizer
+    from ragidx.providers.local_llm import assemble_gguf
+
+    path = str(assemble_gguf("qwen2.5-0.5b"))
+    # Without the rule that leaves a run of spaces' last space to the next word, "a  b" splits differently.
+    monkeypatch.setitem(tokenizer.GGUF_PATTERNS, "qwen2", tokenizer.QWEN2_PATTERN.replace(r"\s+(?!\S)|", ""))
+    tokenizer.gguf_encoding.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="ragidx.providers.tokenizer"):
+            slow = tokenizer.GGUFTokenCounter(path)
+            assert slow.fast_encoding is None and not slow.word_additive
+        assert "tokenize" in caplog.text and "llama.cpp" in caplog.text
+        text = "Version  1999 of 3.14159 " + TRICKY[1]
+        assert slow.encode(text) == tokenizer._llama_tokens(slow.vocab, text)
+        assert slow.decode(slow.encode(text)) == text
+        assert slow.count_edited(text, slow.count(text), text + " more") == slow.count(text + " more")
+    finally:
+        tokenizer.gguf_encoding.cache_clear()
