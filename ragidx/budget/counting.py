@@ -4,8 +4,8 @@ The hook runs before every LLM call of a turn, and each call re-sends the same s
 history and tool results: counting them once instead of on every call is most of the hook's cost.
 Counts are exact (a cache hit returns what ``TokenCounter.count`` returned for the same string).
 
-``count_edited`` and ``count_spliced`` count a text from one it was made from
-(exact for word-additive counters, see ``TokenCounter``); their results are cached like any other count.
+``count_edited`` counts a text from one it was made from (exact for word-additive counters, see
+``TokenCounter``); its results are cached like any other count.
 
 Example:
     >>> tok = CachedTokenCounter()
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Any
 
 from ragidx.providers.tokenizer import TokenCounter
@@ -87,7 +86,7 @@ class CachedTokenCounter(TokenCounter):
         if cached is not None:
             return cached
         n = self._inner.count(text)
-        self._remember(text, n)
+        self.remember(text, n)
         return n
 
     def _lookup(self, text: str) -> int | None:
@@ -98,11 +97,11 @@ class CachedTokenCounter(TokenCounter):
                 self._hits += 1
             return cached
 
-    def _remember(self, text: str, n: int) -> None:
+    def remember(self, text: str, count: int) -> None:
         with self._lock:
             self._misses += 1
             if text not in self._cache:
-                self._cache[text] = n
+                self._cache[text] = count
                 self._chars += len(text)
                 while self._cache and (len(self._cache) > self.max_entries or self._chars > self.max_chars):
                     old, _ = self._cache.popitem(last=False)
@@ -113,17 +112,6 @@ class CachedTokenCounter(TokenCounter):
         with self._lock:
             return self._cache.get(text)
 
-    def count_spliced(self, source: str, source_count: int, layout: Sequence[tuple[int, int] | str]) -> int:
-        new = "".join(source[part[0] : part[1]] if isinstance(part, tuple) else part for part in layout)
-        if len(new) < self.min_chars or not self._inner.word_additive:
-            return self.count(new)
-        cached = self._lookup(new)
-        if cached is not None:
-            return cached
-        n = super().count_spliced(source, source_count, layout)
-        self._remember(new, n)
-        return n
-
     def count_edited(self, old: str, old_count: int, new: str) -> int:
         if len(new) < self.min_chars or not self._inner.word_additive:
             return self.count(new)
@@ -131,7 +119,7 @@ class CachedTokenCounter(TokenCounter):
         if cached is not None:
             return cached
         n = super().count_edited(old, old_count, new)
-        self._remember(new, n)
+        self.remember(new, n)
         return n
 
     def clear(self) -> None:

@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import re
@@ -42,7 +41,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.instrumentation import get_dispatcher
 
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, Article
-from ragidx.budget.accounting import PromptAccountant, WindowLimits
+from ragidx.budget.accounting import ContentCounter, PromptAccountant, WindowLimits
 from ragidx.budget.allocation import (
     SMALL_WINDOW_TOKENS,
     BudgetThresholds,
@@ -83,12 +82,6 @@ REFERENCE_KEY = "see_above"
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
 _SLACK_PER_ARTICLE = 2
-_SPLICE_MIN_CHARS = 2048
-"""Rewritten tool messages shorter than this are counted directly."""
-_SPLICE_MIN_LINE = 12
-"""Shorter lines of a compressed article are not looked up in the original (they would match anywhere)."""
-_SPLICE_LOOKAHEAD = 4096
-"""How far past the previous line a compressed article's next line is looked for in the original."""
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
 
 
@@ -154,7 +147,6 @@ class _Run:
     changed: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
-    sources: dict[int, str] = field(default_factory=dict)
     slots: dict[int, list[_Slot]] = field(default_factory=dict)
     entries: dict[str, _Entry] = field(default_factory=dict)
     memory_changed: bool = False
@@ -224,7 +216,10 @@ class ContextBudget:
             raise ValueError(f"safety_margin_pct must be in [0, 0.5), got {safety_margin_pct}")
         self.tokens = CachedTokenCounter.wrap(token_counter)
         self.accountant = PromptAccountant(self.tokens)
-        self.compressor: ArticleCompressor = compressor or ExtractiveCompressor(self.tokens)
+        self.content_tokens = ContentCounter(self.tokens)
+        # The default compressor fits contents in tokens as sent; another gets targets less its escapes.
+        self.compressor: ArticleCompressor = compressor or ExtractiveCompressor(self.content_tokens)
+        self._targets_as_sent = compressor is None
         self.memory = memory or ConversationMemory(summarizer_llm, self.tokens)
         self.trigger_pct = trigger_pct
         self.target_pct = target_pct
@@ -408,7 +403,7 @@ class ContextBudget:
         for i in range(run.q_idx, len(run.messages)):
             payload = parse_tool_payload(run.messages[i])
             if payload is not None:
-                article_tokens += sum(self.tokens.count(a.get("content", "")) for a in payload["articles"])
+                article_tokens += sum(self.accountant.count_content(a.get("content", "")) for a in payload["articles"])
         need = min(article_tokens, run.thresholds.min_article_tokens)
         return run.total - article_tokens + need > run.limits.target
 
@@ -435,7 +430,6 @@ class ContextBudget:
             payload = parse_tool_payload(m)
             if payload is not None:
                 run.payloads[i] = payload
-                run.sources[i] = message_text(m)
         if not any(p["articles"] for p in run.payloads.values()):
             # Nothing to rewrite: the tool messages are sent as they came, and counted so (re-rendering
             # them here would count a compact copy that is never sent).
@@ -446,11 +440,12 @@ class ContextBudget:
         for c_idx, i in enumerate(order):
             for a_idx, a in enumerate(run.payloads[i]["articles"]):
                 key = article_key(a, f"#{c_idx}:{a_idx}")
-                run.slots.setdefault(i, []).append(_Slot(key, key in seen, self.tokens.count(a.get("content", ""))))
+                size = self.accountant.count_content(str(a.get("content") or ""))
+                run.slots.setdefault(i, []).append(_Slot(key, key in seen, size))
                 seen.add(key)
         for key, art in dedupe_keyed([run.payloads[i]["articles"] for i in order]):
             content = str(art.get("content") or "")
-            n = self.tokens.count(content)
+            n = self.accountant.count_content(content)
             meta = art["metadata"]
             run.entries[key] = _Entry(key, art, float(meta[NORMALIZED_RANK]), int(meta[ARTICLE_RANK]), n, content, n)
         refs = sum(s.ref for slots in run.slots.values() for s in slots)
@@ -466,24 +461,22 @@ class ContextBudget:
         for e in entries:
             e.content, e.status = str(e.article.get("content") or ""), "kept"
         raw_total = sum(e.raw_tokens for e in entries)
-        escaped_total = sum(e.raw_tokens + _escape_tokens(e.content) for e in entries)
         budget = max(0, run.limits.target - skeleton)
         # The target is a goal, the hard limit the guarantee: rather than drop everything because the
         # target is full, let the best article's minimum use the room up to the hard limit.
         need = min(raw_total, run.thresholds.min_article_tokens)
         budget = max(budget, min(need, run.limits.hard_limit - skeleton))
-        budget_raw = int(budget * raw_total / escaped_total) if escaped_total else budget
-        run.report.article_budget = budget_raw
+        run.report.article_budget = budget
         run.report.article_tokens_before = raw_total
-        if raw_total <= budget_raw:
+        if raw_total <= budget:
             self._render_all(run)
             return []
-        min_eff = adaptive_min_tokens(budget_raw, len(entries), run.thresholds.min_article_tokens)
+        min_eff = adaptive_min_tokens(budget, len(entries), run.thresholds.min_article_tokens)
         run.report.min_article_tokens = min_eff
         alloc = allocate_article_budgets(
             [e.rank for e in entries],
             [e.raw_tokens for e in entries],
-            budget_raw,
+            budget,
             min_tokens=run.thresholds.min_article_tokens,
         )
         jobs: list[tuple[_Entry, int]] = []
@@ -505,7 +498,13 @@ class ContextBudget:
 
     def _job_inputs(self, run: _Run, jobs: list[tuple[_Entry, int]]) -> tuple[list[Article], list[int]]:
         articles = [Article.from_dict({**e.article, "kb_id": e.article.get("kb_id") or e.key}) for e, _ in jobs]
-        return articles, [t for _, t in jobs]
+        if self._targets_as_sent:
+            return articles, [t for _, t in jobs]
+        # A compressor passed in counts plain text: leave room for the quotes and the escapes its share
+        # of the content will need (its result is counted as sent, and cut if over).
+        return articles, [
+            max(1, t - 2 - math.ceil(_escape_tokens(e.content) * t / max(1, e.raw_tokens))) for e, t in jobs
+        ]
 
     def _finish(self, run: _Run, jobs: list[tuple[_Entry, int]], outputs: Sequence[str | BaseException]) -> None:
         for (e, target), out in zip(jobs, outputs, strict=True):
@@ -513,16 +512,16 @@ class ContextBudget:
             if isinstance(out, BaseException):
                 e.fallback_reason = f"error: {type(out).__name__}"
                 logger.warning("compressor failed on %s, truncating: %s", e.key, out)
-                text = self.tokens.truncate(original, target)
+                text = self.content_tokens.truncate(original, target)
             elif not isinstance(out, str) or not out.strip():
                 e.fallback_reason = "empty"
-                text = self.tokens.truncate(original, target)
+                text = self.content_tokens.truncate(original, target)
             else:
                 text = out
-                if self.tokens.count(text) > target:
+                if self.content_tokens.count(text) > target:
                     e.fallback_reason = "overshoot"
-                    text = self.tokens.truncate(text, target)
-            e.content, e.tokens = text, self.tokens.count(text)
+                    text = self.content_tokens.truncate(text, target)
+            e.content, e.tokens = text, self.content_tokens.count(text)
             e.status = "truncated" if e.fallback_reason else "compressed"
         if run.payloads:
             self._render_all(run)
@@ -547,8 +546,8 @@ class ContextBudget:
             if keep < _MIN_USEFUL_TOKENS:
                 worst.status, worst.content, worst.tokens = "dropped", "", 0
             else:
-                worst.content = self.tokens.truncate(worst.content, keep)
-                worst.tokens = self.tokens.count(worst.content)
+                worst.content = self.content_tokens.truncate(worst.content, keep)
+                worst.tokens = self.content_tokens.count(worst.content)
                 worst.status = "truncated" if worst.status != "compressed" else worst.status
                 worst.fallback_reason = worst.fallback_reason or "over_window"
             self._render_all(run)
@@ -599,60 +598,13 @@ class ContextBudget:
         for i in run.payloads:
             if i in run.removed:
                 continue
-            run.messages[i], shown = self._render(run, i)
-            self._count_from_source(run, i, message_text(run.messages[i]), shown)
+            run.messages[i] = self._render(run, i)
             run.counts[i] = self.accountant.count_message(run.messages[i])
 
-    def _count_from_source(self, run: _Run, i: int, text: str, shown: list[_Entry]) -> None:
-        """Count a rewritten tool message as an edit of the one it replaces (counted already) when it keeps most
-        of it: the articles' text it keeps, escaped alike, is not tokenized again. Exact
-        (``TokenCounter.count_spliced``); the count lands in the token cache, where counting the message finds it.
-        """
-        source = run.sources.get(i)
-        if source is None or len(text) < _SPLICE_MIN_CHARS or self.tokens.cached(text) is not None:
-            return
-        if not self.tokens.word_additive:
-            return
-        contents = [(e, json.dumps(e.content, ensure_ascii=False)[1:-1]) for e in shown if e.content]
-        if 5 * sum(len(escaped) for _, escaped in contents) <= 3 * len(source):
-            return  # keeps too little of it (the edits must be under half): counting the message costs less
-        layout: list[tuple[int, int] | str] = []
-        pos = cursor = kept = 0  # in text, in source
-        for e, escaped in contents:
-            at = text.find(escaped, pos)
-            original = json.dumps(str(e.article.get("content") or ""), ensure_ascii=False)[1:-1]
-            base = source.find(original, cursor) if at >= 0 else -1
-            if base < 0:
-                continue
-            layout.append(text[pos:at])
-            if escaped == original:
-                layout.append((base, base + len(original)))
-                kept += len(original)
-            else:  # a compressed copy: its lines, found in order in the original (a little ahead at most)
-                offset = 0
-                lines = escaped.split("\\n")
-                for n, line in enumerate(lines):
-                    chunk = line + "\\n" if n < len(lines) - 1 else line
-                    found = -1
-                    if len(chunk) >= _SPLICE_MIN_LINE:
-                        found = original.find(chunk, offset, offset + len(chunk) + _SPLICE_LOOKAHEAD)
-                    if found < 0:
-                        layout.append(chunk)
-                    else:
-                        layout.append((base + found, base + found + len(chunk)))
-                        offset = found + len(chunk)
-                        kept += len(chunk)
-            pos, cursor = at + len(escaped), base + len(original)
-        if 2 * kept <= len(source):
-            return
-        layout.append(text[pos:])
-        self.tokens.count_spliced(source, self.tokens.count(source), layout)
-
-    def _render(self, run: _Run, i: int) -> tuple[ChatMessage, list[_Entry]]:
+    def _render(self, run: _Run, i: int) -> ChatMessage:
         source = run.payloads[i]
         payload = {k: v for k, v in source.items() if k not in ("articles", "metadata")}
         articles: list[dict[str, Any]] = []
-        shown: list[_Entry] = []
         saved = compressed = dropped = references = 0
         for slot in run.slots.get(i, []):
             e = run.entries[slot.key]
@@ -681,7 +633,6 @@ class ContextBudget:
             saved += max(0, slot.original_tokens - e.tokens)
             art["metadata"] = meta
             articles.append(art)
-            shown.append(e)
         payload["articles"] = articles
         meta_in = source.get("metadata")
         meta_out: dict[str, Any] = copy.deepcopy(meta_in) if isinstance(meta_in, dict) else {}
@@ -691,7 +642,7 @@ class ContextBudget:
         if references:
             meta_out["references_count"] = references
         payload["metadata"] = meta_out
-        return replace_text(run.messages[i], dump_payload(payload)), shown
+        return replace_text(run.messages[i], dump_payload(payload))
 
     # --- result ---------------------------------------------------------------------------------------
     def _result(self, run: _Run) -> BudgetResult:

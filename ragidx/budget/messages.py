@@ -15,13 +15,16 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
 __all__ = [
+    "content_segment",
+    "content_segments",
     "current_turn_start",
     "dump_payload",
     "group_spans",
@@ -72,9 +75,77 @@ def parse_tool_payload(message: ChatMessage) -> dict[str, Any] | None:
     return data
 
 
-def dump_payload(payload: dict[str, Any]) -> str:
-    """Compact JSON, non-ASCII kept readable (and cheaper in tokens)."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+def content_segment(content: str) -> str:
+    """How an article's content appears in a tool result written by :func:`dump_payload`: a space, the
+    JSON string, a comma (the space after the comma starts the next segment).
+
+    Example:
+        >>> content_segment('Say "hi"')
+        ' "Say \\\\"hi\\\\"",'
+    """
+    return " " + json.dumps(content, ensure_ascii=False) + ","
+
+
+def dump_payload(payload: dict[str, Any], *, default: Callable[[Any], Any] | None = None) -> str:
+    """Compact JSON with non-ASCII kept readable (cheaper in tokens), where each article's content sits
+    between two spaces: ``..."url":"…","content": "…", "metadata":{…}}``.
+
+    A space that follows a non-space starts a new piece for every tokenizer the budget counts with
+    exactly (``TokenCounter.word_additive``), so an article's content is counted alone as its
+    :func:`content_segment`, and a tool result as its contents plus the rest
+    (:func:`content_segments`): the budget counts each article's text once. The two spaces cost about
+    two tokens per article. An article whose content is its last key is written plainly.
+
+    Example:
+        >>> dump_payload({"articles": [{"kb_id": "a", "content": "Hi.", "metadata": {}}], "metadata": {}})
+        '{"articles":[{"kb_id":"a","content": "Hi.", "metadata":{}}],"metadata":{}}'
+    """
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), default=default)
+    articles = payload.get("articles")
+    if not isinstance(articles, list):
+        return dumps(payload)
+    parts = []
+    for key, value in payload.items():
+        if key == "articles":
+            parts.append(dumps(key) + ":[" + ",".join(_dump_article(a, dumps) for a in articles) + "]")
+        else:
+            parts.append(dumps(key) + ":" + dumps(value))
+    return "{" + ",".join(parts) + "}"
+
+
+def _dump_article(article: Any, dumps: Callable[[Any], str]) -> str:
+    if not isinstance(article, dict) or not isinstance(article.get("content"), str):
+        return dumps(article)
+    keys = list(article)
+    at = keys.index("content")
+    if at == len(keys) - 1:
+        return dumps(article)
+    before = dumps({k: article[k] for k in keys[:at]})
+    after = dumps({k: article[k] for k in keys[at + 1 :]})
+    head = before[:-1] + "," if at else "{"
+    return head + '"content":' + content_segment(article["content"]) + " " + after[1:]
+
+
+def content_segments(text: str, contents: Sequence[str]) -> tuple[list[str], str] | None:
+    """Split a tool result's ``text`` into the :func:`content_segment` of each of ``contents`` found in
+    it (in order, each between a non-space and a space) and the rest joined; ``None`` when none is found.
+    For a word-additive counter, ``count(text) == count(rest) + sum(count(s) for s in segments)``."""
+    segments: list[str] = []
+    rest: list[str] = []
+    pos = 0
+    for content in contents:
+        segment = content_segment(content)
+        at = text.find(segment, pos)
+        end = at + len(segment)
+        if at <= 0 or text[at - 1].isspace() or not text.startswith(" ", end):
+            continue  # not written by dump_payload (or not cut alike on both sides): left in the rest
+        rest.append(text[pos:at])
+        segments.append(segment)
+        pos = end
+    if not segments:
+        return None
+    rest.append(text[pos:])
+    return segments, "".join(rest)
 
 
 def replace_text(message: ChatMessage, text: str) -> ChatMessage:

@@ -10,7 +10,7 @@ before byte-pair merging, and no regex piece holds a space after any other chara
 so where ``a`` ends with a non-whitespace character and ``b`` starts with a space,
 ``count(a + b) == count(a) + count(b)`` exactly (see :func:`space_segments`). ``word_additive`` says
 whether a counter has this property; the budget then counts an edited text by its edits
-(``count_edited``, ``count_spliced``) instead of tokenizing it again.
+(``count_edited``) instead of tokenizing it again.
 
 A GGUF model's vocabulary (the local models') is counted by ``GGUFTokenCounter``: with tiktoken where
 the vocabulary is one tiktoken can run exactly (Qwen2's, see :func:`gguf_encoding`), else with llama.cpp.
@@ -27,7 +27,6 @@ import atexit
 import logging
 import os
 import re
-from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -117,40 +116,6 @@ def _edited_window(old: str, new: str) -> tuple[int, int, int]:
     return start, end, end - len(old) + len(new)
 
 
-def _spans_in_order(layout: Sequence[tuple[int, int] | str], size: int) -> bool:
-    end = 0
-    for part in layout:
-        if isinstance(part, tuple):
-            if not end <= part[0] <= part[1] <= size:
-                return False
-            end = part[1]
-    return True
-
-
-def _span_anchors(
-    source: str, layout: Sequence[tuple[int, int] | str]
-) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """Per span of ``layout`` with a cut inside: ``((first, last) in source, (first, last) in the new text)``,
-    the first and last positions of a space after a non-space with both characters inside the span."""
-    anchors: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    pos = 0
-    for part in layout:
-        if isinstance(part, str):
-            pos += len(part)
-            continue
-        start, end = part
-        first = source.find(" ", start + 1, end)
-        while first != -1 and source[first - 1].isspace():
-            first = source.find(" ", first + 1, end)
-        if first != -1:
-            last = source.rfind(" ", first, end)
-            while source[last - 1].isspace():  # stops at ``first`` at the latest
-                last = source.rfind(" ", first, last)
-            anchors.append(((first, last), (pos + first - start, pos + last - start)))
-        pos += end - start
-    return anchors
-
-
 def _bundled_cache_dir() -> Path:
     import llama_index.core
 
@@ -204,6 +169,13 @@ class TokenCounter:
             return 0
         return len(self.encode(text))
 
+    def cached(self, text: str) -> int | None:
+        """A remembered count of ``text``; ``None`` here (a plain counter remembers nothing)."""
+        return None
+
+    def remember(self, text: str, count: int) -> None:
+        """Remember ``count`` as the count of ``text`` (worked out some other way); a no-op here."""
+
     def count_edited(self, old: str, old_count: int, new: str) -> int:
         """``count(new)``, given ``old_count == count(old)`` for a text that differs from ``new`` in one
         region: a word-additive counter counts only that region, widened to the nearest cuts before a
@@ -212,32 +184,6 @@ class TokenCounter:
             return self.count(new)
         start, old_end, new_end = _edited_window(old, new)
         return old_count - self.count(old[start:old_end]) + self.count(new[start:new_end])
-
-    def count_spliced(self, source: str, source_count: int, layout: Sequence[tuple[int, int] | str]) -> int:
-        """``count(new)`` for ``new = "".join(source[a:b] if a span else text for each part of layout)``, given
-        ``source_count == count(source)`` and the ``(a, b)`` spans of ``source`` in order, not overlapping.
-
-        A word-additive counter counts only what lies outside the spans' interiors (between each span's
-        first and last cut before a space: the same text in both, cut alike), in ``source`` and in ``new``,
-        when that is less than ``new`` itself: a text that keeps most of another is counted by its edits.
-        """
-        new = "".join(source[part[0] : part[1]] if isinstance(part, tuple) else part for part in layout)
-        if not self.word_additive or not _spans_in_order(layout, len(source)):
-            return self.count(new)
-        anchors = _span_anchors(source, layout)
-        if not anchors:
-            return self.count(new)
-        ends_old = [0, *(x for pair in anchors for x in pair[0]), len(source)]
-        ends_new = [0, *(x for pair in anchors for x in pair[1]), len(new)]
-        # Regions alternate: outside (counted), core (shared), outside, ...; cores are [first, last] of a span.
-        old_regions = [source[ends_old[i] : ends_old[i + 1]] for i in range(0, len(ends_old) - 1, 2)]
-        new_regions = [new[ends_new[i] : ends_new[i + 1]] for i in range(0, len(ends_new) - 1, 2)]
-        old_outside, new_outside = "".join(old_regions), "".join(new_regions)
-        if len(old_outside) + len(new_outside) >= len(new):
-            return self.count(new)
-        # Each region but the first starts with a space and each but the last ends before one (a non-space):
-        # joined in order they cut alike, so one count each is the sum of the regions' counts.
-        return source_count - self.count(old_outside) + self.count(new_outside)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""

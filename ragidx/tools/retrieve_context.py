@@ -28,6 +28,7 @@ from llama_index.core.tools import FunctionTool
 
 from ragidx.article import Article
 from ragidx.budget.cap import RetrievalCap
+from ragidx.budget.messages import dump_payload
 
 __all__ = ["TOOL_NAME", "ArticleSearch", "articles_to_json", "error_json", "make_retrieve_context_tool"]
 
@@ -53,12 +54,13 @@ class ArticleSearch(Protocol):
 
 
 def articles_to_json(articles: Sequence[Article], query: str, top_k: int | None) -> str:
-    """The tool's success answer (compact, UTF-8 kept)."""
+    """The tool's success answer: compact JSON, UTF-8 kept, each content between two spaces so that the
+    context budget counts it alone (``ragidx.budget.messages.dump_payload``)."""
     payload = {
         "articles": [a.to_dict() for a in articles],
         "metadata": _metadata(query, top_k, len(articles)),
     }
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+    return dump_payload(payload, default=_jsonable)
 
 
 def error_json(message: str, query: Any, top_k: Any) -> str:

@@ -87,21 +87,6 @@ def test_count_edited_equals_counting_the_new_text() -> None:
             assert tok.count_edited(old, tok.count(old), new) == tok.count(new), (name, old, new)
 
 
-def test_count_spliced_equals_counting_the_new_text() -> None:
-    rng = random.Random(5)
-    joints = ["", " ", "\n", "\n\n", "…", " x", "word…", "\t", ". "]
-    for name in ("cl100k_base", "o200k_base"):
-        tok = TokenCounter(name)
-        for _ in range(300):
-            source = " ".join(rng.sample(TRICKY, 4))
-            cuts = sorted(rng.sample(range(len(source) + 1), rng.randint(2, 10)))
-            layout: list[tuple[int, int] | str] = []
-            for start, end in zip(cuts[::2], cuts[1::2], strict=False):
-                layout += [rng.choice(joints), (start, end)]
-            new = "".join(source[p[0] : p[1]] if isinstance(p, tuple) else p for p in layout)
-            assert tok.count_spliced(source, tok.count(source), layout) == tok.count(new), (name, layout)
-
-
 def test_a_counter_that_counts_its_own_way_is_not_word_additive() -> None:
     class Words(TokenCounter):
         def encode(self, text: str) -> list[int]:

@@ -9,6 +9,7 @@ import pytest
 
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 from ragidx.budget.cap import RetrievalCap
+from ragidx.budget.messages import content_segment
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
 from ragidx.tools.retrieve_context import TOOL_NAME, make_retrieve_context_tool
@@ -74,7 +75,13 @@ def test_success_shape() -> None:
 
 def test_json_is_compact_and_keeps_unicode() -> None:
     raw = make_retrieve_context_tool(FakeRetriever()).call(query="q").content
-    assert "Тема" in raw and ", " not in raw and ": " not in raw
+    assert "Тема" in raw
+    # Compact but for the space on each side of a content value (the budget counts each content alone).
+    rest = raw
+    for a in json.loads(raw)["articles"]:
+        assert '"content":' + content_segment(a["content"]) + ' "metadata":' in rest
+        rest = rest.replace(content_segment(a["content"]) + " ", "", 1)
+    assert ", " not in rest and ": " not in rest
 
 
 def test_no_results_is_a_success_with_has_results_false() -> None:
