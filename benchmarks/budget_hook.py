@@ -37,6 +37,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
+from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
 DEFAULT_KB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kb" / "libreoffice_en.jsonl"
@@ -111,18 +112,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def gguf_path(model: str) -> str:
-    """The local model's GGUF file (joined from its packaged parts on first use)."""
-    from ragidx.providers.local_llm import assemble_gguf
-
-    return str(assemble_gguf(model))
-
-
 def counter_factory(name: str, model: str) -> Callable[[], TokenCounter]:
     """New counters of one kind (each cold run gets its own; a GGUF vocabulary loads once per process)."""
     if name == "tiktoken":
         return TokenCounter
-    path = gguf_path(model)
+    path = str(assemble_gguf(model))  # a packaged model's parts are joined on first use
     warm = GGUFTokenCounter(path)
     warm.count("warm up")  # loads the vocabulary (and scans it, once per process) outside the timings
     getattr(warm, "word_additive", None)  # (absent from older versions, which this also measures)

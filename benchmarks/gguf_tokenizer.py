@@ -20,16 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import _llama_tokens, gguf_encoding, load_gguf_vocab
-
-
-def gguf_path(model: str) -> str:
-    """A packaged local model's GGUF file (joined from its parts on first use), or a path as given."""
-    if model.endswith(".gguf"):
-        return model
-    from ragidx.providers.local_llm import assemble_gguf
-
-    return str(assemble_gguf(model))
 
 
 def compare(path: str, files: list[Path], limit: int | None) -> dict[str, Any]:
@@ -80,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf-model", default="qwen2.5-1.5b", help="packaged local model or a .gguf path")
     parser.add_argument("--limit", type=int, default=None, help="articles per file (default: all)")
     args = parser.parse_args(argv)
-    print(json.dumps(compare(gguf_path(args.gguf_model), args.files, args.limit)), flush=True)
+    print(json.dumps(compare(str(assemble_gguf(args.gguf_model)), args.files, args.limit)), flush=True)
     return 0
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ThinkingBlock, ToolCallBlock
 
-from ragidx.budget.messages import content_segment, content_segments
+from ragidx.budget.messages import content_segment, content_segments, parse_payload_text
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = [
@@ -70,7 +70,7 @@ class ContentCounter(TokenCounter):
         return False  # a segment's quotes and escapes do not split like the text inside them
 
     def encode(self, text: str) -> list[int]:
-        return self.inner.encode(content_segment(text))
+        return self.inner.encode(content_segment(text))  # the segment's tokens (``decode`` gives the segment)
 
     def decode(self, tokens: list[int]) -> str:
         return self.inner.decode(tokens)
@@ -226,16 +226,10 @@ class PromptAccountant:
         known = tokens.cached(text)
         if known is not None:
             return known
+        payload = parse_payload_text(text)
         split = None
-        if text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except ValueError:
-                data = None
-            articles = data.get("articles") if isinstance(data, dict) else None
-            if isinstance(articles, list):
-                contents = [a["content"] for a in articles if isinstance(a, dict) and isinstance(a.get("content"), str)]
-                split = content_segments(text, contents)
+        if payload is not None:
+            split = content_segments(text, [a["content"] for a in payload["articles"] if "content" in a])
         if split is None:
             return tokens.count(text)
         segments, rest = split

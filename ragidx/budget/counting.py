@@ -82,14 +82,15 @@ class CachedTokenCounter(TokenCounter):
             return 0
         if len(text) < self.min_chars:
             return self._inner.count(text)
-        cached = self._lookup(text)
+        cached = self.cached(text)
         if cached is not None:
             return cached
         n = self._inner.count(text)
         self.remember(text, n)
         return n
 
-    def _lookup(self, text: str) -> int | None:
+    def cached(self, text: str) -> int | None:
+        """The remembered count of ``text`` (a hit), or ``None`` (counts nothing)."""
         with self._lock:
             cached = self._cache.get(text)
             if cached is not None:
@@ -107,15 +108,10 @@ class CachedTokenCounter(TokenCounter):
                     old, _ = self._cache.popitem(last=False)
                     self._chars -= len(old)
 
-    def cached(self, text: str) -> int | None:
-        """The remembered count of ``text``, or ``None`` (counts nothing)."""
-        with self._lock:
-            return self._cache.get(text)
-
     def count_edited(self, old: str, old_count: int, new: str) -> int:
         if len(new) < self.min_chars or not self._inner.word_additive:
             return self.count(new)
-        cached = self._lookup(new)
+        cached = self.cached(new)
         if cached is not None:
             return cached
         n = super().count_edited(old, old_count, new)
@@ -129,9 +125,4 @@ class CachedTokenCounter(TokenCounter):
 
     def cache_info(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "hits": self._hits,
-                "misses": self._misses,
-                "entries": len(self._cache),
-                "chars": self._chars,
-            }
+            return {"hits": self._hits, "misses": self._misses, "entries": len(self._cache), "chars": self._chars}

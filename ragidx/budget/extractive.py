@@ -18,10 +18,10 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +42,11 @@ _FIT_ROUNDS = 4
 class _Doc:
     units: list[Unit]
     unit_terms: list[list[str]]
+
+
+def _split_doc(text: str) -> _Doc:
+    units = split_units(text)
+    return _Doc(units, [terms(u.text) for u in units])
 
 
 class ExtractiveCompressor:
@@ -83,8 +88,8 @@ class ExtractiveCompressor:
         self.position_prior = position_prior
         self.title_boost = title_boost
         self.max_cached_docs = max_cached_docs
-        self._docs: OrderedDict[str, _Doc] = OrderedDict()
-        self._docs_lock = threading.Lock()
+        # The article's sentences and their terms, remembered for the next LLM calls of the turn.
+        self._doc = functools.lru_cache(maxsize=max_cached_docs)(_split_doc)
 
     # --- protocol -------------------------------------------------------------------------------------
     def compress(self, article: Article, target_tokens: int, question: str) -> str:
@@ -111,21 +116,6 @@ class ExtractiveCompressor:
         return self.compress_many(articles, targets, question)
 
     # --- scoring --------------------------------------------------------------------------------------
-    def _doc(self, text: str) -> _Doc:
-        """The article's sentences and their terms, remembered for the next LLM calls of the turn."""
-        with self._docs_lock:
-            doc = self._docs.get(text)
-            if doc is not None:
-                self._docs.move_to_end(text)
-                return doc
-        units = split_units(text)
-        doc = _Doc(units, [terms(u.text) for u in units])
-        with self._docs_lock:
-            self._docs[text] = doc
-            while len(self._docs) > self.max_cached_docs:
-                self._docs.popitem(last=False)
-        return doc
-
     def _query_weights(self, question: str, docs: Sequence[_Doc]) -> dict[str, float]:
         q_terms = set(terms(question))
         if not q_terms:

@@ -30,6 +30,7 @@ __all__ = [
     "group_spans",
     "has_tool_calls",
     "message_text",
+    "parse_payload_text",
     "parse_tool_payload",
     "replace_text",
 ]
@@ -57,7 +58,12 @@ def parse_tool_payload(message: ChatMessage) -> dict[str, Any] | None:
     """
     if message.role != MessageRole.TOOL:
         return None
-    text = message_text(message).strip()
+    return parse_payload_text(message_text(message))
+
+
+def parse_payload_text(text: str) -> dict[str, Any] | None:
+    """``parse_tool_payload`` of a tool result's text."""
+    text = text.strip()
     if not text.startswith("{"):
         return None
     try:

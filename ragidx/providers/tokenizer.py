@@ -313,23 +313,15 @@ class GGUFTokenCounter(TokenCounter):
         super().__init__("cl100k_base")
         self.gguf_path = str(gguf_path)
         self.encoding_name = f"gguf:{Path(self.gguf_path).stem}"
-        self._vocab: Any = None
-        self._fast: tiktoken.Encoding | None = None
-        self._checked = False
 
     @property
     def vocab(self) -> Any:
-        if self._vocab is None:
-            self._vocab = load_gguf_vocab(self.gguf_path)
-        return self._vocab
+        return load_gguf_vocab(self.gguf_path)
 
     @property
     def fast_encoding(self) -> tiktoken.Encoding | None:
         """The vocabulary as a tiktoken encoding, or ``None`` (llama.cpp counts)."""
-        if not self._checked:
-            self._fast = gguf_encoding(self.gguf_path)
-            self._checked = True
-        return self._fast
+        return gguf_encoding(self.gguf_path)
 
     @property
     def word_additive(self) -> bool:
@@ -343,9 +335,6 @@ class GGUFTokenCounter(TokenCounter):
             return []
         enc = self.fast_encoding
         return enc.encode_ordinary(text) if enc is not None else _llama_tokens(self.vocab, text)
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text)) if text else 0
 
     def decode(self, tokens: list[int]) -> str:
         enc = self.fast_encoding

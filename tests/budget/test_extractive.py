@@ -59,8 +59,8 @@ def test_sentences_are_split_once_per_article_and_the_cache_is_bounded() -> None
     text = " ".join(f"Sentence {i} is about tables and the Insert menu." for i in range(40))
     article = Article("a", "Tables", "", text)
     first = comp.compress(article, 30, "insert a table")
-    assert len(comp._docs) == 1
+    assert comp._doc.cache_info().currsize == 1
     assert comp.compress(article, 30, "insert a table") == first  # the remembered split gives the same result
     for i in range(3):
         comp.compress(Article(f"k{i}", "T", "", f"Other text {i}. " * 50), 20, "q")
-    assert len(comp._docs) == 2
+    assert comp._doc.cache_info().currsize == 2
