@@ -138,6 +138,10 @@ class FlashSettings(BaseSettings):
         """The endpoint that reranks: ``llm`` or the main one."""
         return self.llm if self.llm is not None else main
 
+    def effective_candidates(self, top_k: int) -> int:
+        """Articles flash is shown: ``candidates``, and never fewer than the ``top_k`` it may return."""
+        return max(self.candidates, top_k)
+
     def effective_timeout_s(self, main: LLMEndpoint) -> float:
         if self.timeout_s is not None:
             return self.timeout_s

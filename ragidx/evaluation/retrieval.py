@@ -464,7 +464,7 @@ def _run_flash_stage(
                 dataset.qrels,
                 chain,
                 flash,
-                candidates=max(settings.flash.candidates, settings.top_k),
+                candidates=settings.flash.effective_candidates(settings.top_k),
                 trace_dir=args.flash_trace_dir,
             )
         )

@@ -65,7 +65,7 @@ def build_flash_reranker(
         llm,
         token_counter=token_counter,
         metrics=metrics,
-        max_candidates=max(f.candidates, settings.top_k),
+        max_candidates=f.effective_candidates(settings.top_k),
         max_topics=f.max_topics or settings.top_k,
         max_tool_calls=f.max_tool_calls,
         timeout_s=f.effective_timeout_s(settings.llm),
@@ -111,5 +111,5 @@ def build_retriever(
         score_threshold=settings.article_score_threshold,
         filters=filters,
         article_reranker=article_reranker,
-        article_candidates=max(settings.flash.candidates, settings.top_k),
+        article_candidates=settings.flash.effective_candidates(settings.top_k),
     )
