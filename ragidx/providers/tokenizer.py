@@ -137,6 +137,8 @@ def load_fast_count(name: str) -> Callable[[str], int] | None:
     """A faster exact ``count`` for a bundled encoding, or ``None``: the ``bpe-openai`` extra (GitHub's
     Rust ``bpe`` crate, about 2.6x faster than tiktoken) when it is installed and gives tiktoken's counts
     on probe texts; checked once per process. Texts it cannot take (lone surrogates) go to tiktoken."""
+    if name not in BUNDLED_ENCODINGS:
+        return None  # ``load_encoding`` says why (no accelerator warning before that error)
     try:
         from bpe_openai import _bindings
     except ImportError:
@@ -174,12 +176,17 @@ class TokenCounter:
         return self._enc
 
     @property
+    def _tiktoken_encode(self) -> bool:
+        """Whether ``encode`` is this class's (tiktoken's), not a subclass's own tokenizer."""
+        return type(self).encode is TokenCounter.encode
+
+    @property
     def word_additive(self) -> bool:
         """Whether ``count(a + b) == count(a) + count(b)`` when ``a`` ends in a letter and ``b`` starts
         with a space (see :func:`space_segments`): true for the bundled tiktoken encodings, false for a
         subclass that counts its own way unless it says otherwise."""
         if self._additive is None:
-            own = type(self).encode is TokenCounter.encode and type(self).count is TokenCounter.count
+            own = self._tiktoken_encode and type(self).count is TokenCounter.count
             self._additive = (
                 own and self.encoding_name in WORD_ADDITIVE_ENCODINGS and _checked_additive(self.encoding_name, self)
             )
@@ -197,7 +204,7 @@ class TokenCounter:
             return 0
         if not self._fast_checked:
             self._fast_checked = True
-            own = type(self).encode is TokenCounter.encode
+            own = self._tiktoken_encode
             self._fast_count = load_fast_count(self.encoding_name) if self.fast and own else None
         if self._fast_count is not None:
             try:
