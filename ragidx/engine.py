@@ -6,7 +6,7 @@ setups). Everything is created lazily: constructing an ``Engine`` loads no model
 Example:
     >>> from ragidx import Engine, Settings
     >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
-    >>> report = engine.ingest("ragidx/data/libreoffice_en_sample.jsonl")   # doctest: +SKIP
+    >>> report = engine.ingest("ragidx/data/kb/libreoffice_en_sample.jsonl")   # doctest: +SKIP
     >>> [a.title for a in engine.retrieve("insert a table of contents", top_k=3)]  # doctest: +SKIP
 """
 

@@ -5,9 +5,10 @@ sentences of the batch), with extra weight for the question's entities and numbe
 digits), a small prior for early sentences and for sentences naming the article's title. The best
 sentences are kept in their original order until the target is filled; the next best one is cut to
 fill what is left (ending in "…"), so the result is within the target and within a few tokens of it.
-Sentence costs are estimated from their share of the article's characters and the assembled result is
-then counted exactly and adjusted, a few times at most; after the first draft only what changed from the
-draft before is tokenized (exact for word-additive counters, see ``TokenCounter.count_edited``).
+Sentence costs are estimated from their share of the article's characters; the assembled result is
+then counted exactly and adjusted, the estimates re-scaled by what each draft really cost, a few times at
+most; after the first draft only what changed from the draft before is tokenized (exact for
+word-additive counters, see ``TokenCounter.count_edited``).
 
 Example:
     >>> from ragidx.article import Article
@@ -35,7 +36,7 @@ _ENTITY = re.compile(r"\b(?:[A-ZА-ЯЁ][\w'’-]*|\d[\d.,:/-]*)", re.UNICODE)
 _MIN_FILL_TOKENS = 4
 ELLIPSIS = "…"
 """Ends a sentence that was cut to fit (one token), so the reader knows text is missing."""
-_FIT_ROUNDS = 4
+_FIT_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -168,59 +169,92 @@ class ExtractiveCompressor:
         """Best units in score order, estimated by their share of characters, then fitted exactly.
 
         Unit costs are estimated (``total`` tokens spread over the characters) instead of counted one
-        by one; the assembled text is then counted exactly and the partial unit (or the weakest chosen
-        one) trimmed, or the leftover filled with a piece of the next best unit, a few times at most.
+        by one. Each draft is counted exactly, and the estimates re-scaled by what the draft (then the
+        units the last round added or removed) really cost; over the target, the partial unit is
+        trimmed or the weakest units dropped; under it, the next best units are added and the one that
+        does not fit whole is cut to fill the rest. A few rounds at most; the result never exceeds the
+        target and is within a few tokens of it.
         """
         if target <= 0 or not doc.units:
             return ""
         ratio = total / max(1, len(text))
-        cost = [max(1, math.ceil(len(u.text) * ratio)) for u in doc.units]
+        # A unit costs its share of the characters, with the separator before it (a line break is a token).
+        ends = [0, *(u.end for u in doc.units[:-1])]
+        cost = [max(1, math.ceil((u.end - e) * ratio)) for u, e in zip(doc.units, ends, strict=True)]
         order = sorted(range(len(doc.units)), key=lambda i: (-scores[i], i))
-        chosen: list[int] = []
+        chosen: list[int] = []  # in score order: the last is the weakest
         in_chosen: set[int] = set()
-        partial: tuple[int, int] | None = None
-        used = 0
-        for i in order:
-            rest = target - used
-            if cost[i] <= rest:
-                chosen.append(i)
-                in_chosen.add(i)
-                used += cost[i]
-            elif rest >= max(_MIN_FILL_TOKENS, cost[i] // 2):
-                # A good sentence that half fits is worth more than a worse one that fits whole.
-                partial = (i, rest)
-                break
+        scale = 1.0  # actual tokens per estimated token, learnt from the first draft
+
+        def fill(rest: float) -> tuple[int, int] | None:
+            """Add the best units left that fit ``rest`` whole; return the partial that fills the rest."""
+            skipped: int | None = None
+            for i in order:
+                if i in in_chosen:
+                    continue
+                need = cost[i] * scale
+                if need <= rest:
+                    chosen.append(i)
+                    in_chosen.add(i)
+                    rest -= need
+                    continue
+                if rest >= max(_MIN_FILL_TOKENS, need / 2):
+                    # A good sentence that half fits is worth more than a worse one that fits whole.
+                    return i, int(rest)
+                if skipped is None:
+                    skipped = i
+                if rest < _MIN_FILL_TOKENS:
+                    break
+            # Nothing more fits whole: the best unit left fills what remains, cut.
+            return (skipped, int(rest)) if skipped is not None and rest >= _MIN_FILL_TOKENS else None
+
+        partial = fill(target)
         result, n = "", 0
+        last_estimate, last_n, last_cut = 0, 0, 0
         for round_no in range(_FIT_ROUNDS):
             draft = self._assemble(text, doc.units, in_chosen, partial, weights)
-            # A later draft differs from the one before in a sentence or two: count only that.
+            # A later draft differs from the one before in a few sentences: count only that region.
             n = self.tokens.count(draft) if round_no == 0 else self.tokens.count_edited(result, n, draft)
             result = draft
+            # Separators between kept units are dropped and escapes are uneven: learn what the estimates
+            # are worth, first over the draft, then over what the last round added or removed.
+            estimate, cut = sum(cost[i] for i in chosen), (partial[1] if partial else 0)
+            if round_no == 0 and estimate:
+                scale = min(4.0, max(0.25, (n - cut) / estimate))
+            elif abs(estimate - last_estimate) >= _MIN_FILL_TOKENS:
+                scale = min(4.0, max(0.25, (n - last_n - cut + last_cut) / (estimate - last_estimate)))
+            last_estimate, last_n, last_cut = estimate, n, cut
             if n > target:
-                over = n - target
+                over: float = n - target
                 if partial is not None and partial[1] - over >= _MIN_FILL_TOKENS:
-                    partial = (partial[0], partial[1] - over)
-                elif partial is not None:
+                    partial = (partial[0], partial[1] - int(over))
+                    continue
+                if partial is not None:
+                    over -= partial[1]
                     partial = None
-                elif chosen:
+                # Drop the weakest units until their estimate frees what is over; the last one is cut.
+                while over > 0 and chosen:
                     weakest = chosen.pop()
                     in_chosen.discard(weakest)
-                    keep = cost[weakest] - over
-                    partial = (weakest, keep) if keep >= _MIN_FILL_TOKENS else None
-                else:
-                    break
+                    freed = cost[weakest] * scale
+                    if freed > over:
+                        keep = math.floor(freed - over)
+                        partial = (weakest, keep) if keep >= _MIN_FILL_TOKENS else None
+                    over -= freed
             elif target - n >= _MIN_FILL_TOKENS:
-                rest = target - n
-                if partial is not None and partial[1] < cost[partial[0]]:
-                    partial = (partial[0], partial[1] + rest)
-                else:
-                    if partial is not None:
-                        chosen.append(partial[0])
-                        in_chosen.add(partial[0])
-                    nxt = next((i for i in order if i not in in_chosen), None)
-                    if nxt is None:
-                        break
-                    partial = (nxt, rest)
+                rest: float = target - n
+                before = len(chosen)
+                if partial is not None:
+                    missing = cost[partial[0]] * scale - partial[1]  # what the cut unit lacks to be whole
+                    if rest <= missing:
+                        partial = (partial[0], partial[1] + int(rest))
+                        continue
+                    chosen.append(partial[0])
+                    in_chosen.add(partial[0])
+                    rest -= max(0.0, missing)
+                partial = fill(rest)
+                if partial is None and len(chosen) == before:
+                    break  # nothing left to add
             else:
                 break
         if n > target:
