@@ -3,9 +3,9 @@
 The articles are LibreOffice help pages (``--kb``) of realistic size (300-3000 tokens each, a fixed
 sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeats between them, after a
 ~600-token system prompt, the tool schema and a short conversation. Each window size is timed
-``--repeats`` times cold (a fresh budget: nothing counted yet, as when new tool results arrive) and
-warm (the same budget again after ``--warmup`` runs: the next LLM call of the turn re-sends the same
-messages, whose token counts are cached).
+``--repeats`` times cold (a fresh budget: nothing counted, split or escaped yet, as when new tool
+results arrive) and warm (the same budget again after ``--warmup`` runs: the next LLM call of the turn
+re-sends the same messages, whose token counts are cached).
 
 ``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
 tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
@@ -37,6 +37,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
+from ragidx.budget.messages import content_segment
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -176,6 +177,7 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         cold_cpu: list[float] = []
         for _ in range(args.repeats):
             fresh = ContextBudget(new_counter(), fallback_context_window=131072)
+            content_segment.cache_clear()  # the process-wide memo of articles' JSON strings too
             _, wall_ms, cpu_ms = timed(fresh.apply, messages, **kwargs)
             cold.append(wall_ms)
             cold_cpu.append(cpu_ms)

@@ -81,9 +81,13 @@ def parse_payload_text(text: str) -> dict[str, Any] | None:
     return data
 
 
+@functools.lru_cache(maxsize=512)
 def content_segment(content: str) -> str:
     """How an article's content appears in a tool result written by :func:`dump_payload`: a space, the
     JSON string, a comma (the space after the comma starts the next segment).
+
+    Remembered for the last 512 contents: the budget needs an article's segment several times per call
+    (to count, cut and write it); ``content_segment.cache_clear()`` forgets them.
 
     Example:
         >>> content_segment('Say "hi"')
