@@ -110,7 +110,7 @@ class ExtractiveCompressor:
                 out.append(article.content)
                 continue
             scores = self._scores(doc, weights, article.title)
-            out.append(self._select(article.content, doc, scores, target, total, weights))
+            out.append(self._select(article.content, doc, scores, target, total))
         return out
 
     async def acompress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
@@ -164,7 +164,6 @@ class ExtractiveCompressor:
         scores: list[float],
         target: int,
         total: int,
-        weights: dict[str, float],
     ) -> str:
         """Best units in score order, estimated by their share of characters, then fitted exactly.
 
@@ -211,8 +210,9 @@ class ExtractiveCompressor:
         partial = fill(target)
         result, n = "", 0
         last_estimate, last_n, last_cut = 0, 0, 0
+        trims = 0
         for round_no in range(_FIT_ROUNDS):
-            draft = self._assemble(text, doc.units, in_chosen, partial, weights)
+            draft = self._assemble(text, doc.units, in_chosen, partial, ratio * scale)
             # A later draft differs from the one before in a few sentences: count only that region.
             n = self.tokens.count(draft) if round_no == 0 else self.tokens.count_edited(result, n, draft)
             result = draft
@@ -226,8 +226,11 @@ class ExtractiveCompressor:
             last_estimate, last_n, last_cut = estimate, n, cut
             if n > target:
                 over: float = n - target
-                if partial is not None and partial[1] - over >= _MIN_FILL_TOKENS:
-                    partial = (partial[0], partial[1] - int(over))
+                if partial is not None and partial[1] - over - trims >= _MIN_FILL_TOKENS:
+                    # A cut piece can cost a token more than its budget (the "…", how it joins the
+                    # next text): trim by a growing step so the fit doesn't creep down a token a round.
+                    partial = (partial[0], partial[1] - int(over) - trims)
+                    trims += 1
                     continue
                 if partial is not None:
                     over -= partial[1]
@@ -267,7 +270,7 @@ class ExtractiveCompressor:
         units: list[Unit],
         chosen: set[int],
         partial: tuple[int, int] | None,
-        weights: dict[str, float],
+        per_char: float,
     ) -> str:
         parts: list[str] = []
         prev: int | None = None
@@ -278,8 +281,8 @@ class ExtractiveCompressor:
                 piece = unit.text
             else:
                 assert partial is not None
-                piece = self._cut(unit.text, partial[1], weights)
-                if not piece.strip(ELLIPSIS):
+                piece = _cut(unit.text, partial[1], per_char)
+                if not piece:
                     continue
             if prev is not None:
                 gap = text[units[prev].end : unit.start]
@@ -289,10 +292,16 @@ class ExtractiveCompressor:
             prev = i
         return "".join(parts)
 
-    def _cut(self, sentence: str, budget: int, weights: dict[str, float]) -> str:
-        """The longest prefix of ``sentence`` in ``budget`` tokens, ending in "…" when cut."""
-        piece = self.tokens.truncate(sentence, budget - 1)
-        if piece == sentence:
-            return sentence
-        piece = piece.rstrip()
-        return piece + ELLIPSIS if piece else ""
+
+def _cut(sentence: str, budget: int, per_char: float) -> str:
+    """A prefix of ``sentence`` of about ``budget`` tokens at ``per_char`` tokens a character, ending at
+    a word and in "…" when cut (the draft it goes into is counted exactly, and the budget corrected)."""
+    chars = int((budget - 1) / per_char)
+    if chars >= len(sentence):
+        return sentence
+    piece = sentence[:chars]
+    space = piece.rfind(" ")
+    if space > chars // 2:
+        piece = piece[:space]
+    piece = piece.rstrip()
+    return piece + ELLIPSIS if piece else ""
