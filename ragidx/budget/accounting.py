@@ -192,13 +192,16 @@ class PromptAccountant:
     def count_text(self, text: str) -> int:
         return self.tokens.count(text)
 
-    def count_message(self, message: ChatMessage) -> int:
-        """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead."""
+    def count_message(self, message: ChatMessage, *, contents: Sequence[str] | None = None) -> int:
+        """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead.
+
+        ``contents``: the articles' contents of a tool result written by ``messages.dump_payload``, when
+        the caller knows them (the text is then not parsed to find them)."""
         total = self.message_overhead
         tool = message.role == MessageRole.TOOL
         for block in message.blocks:
             if isinstance(block, TextBlock):
-                total += self._count_tool_text(block.text) if tool else self.tokens.count(block.text)
+                total += self._count_tool_text(block.text, contents) if tool else self.tokens.count(block.text)
             elif isinstance(block, ToolCallBlock):
                 kwargs = block.tool_kwargs
                 args = kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False)
@@ -218,7 +221,7 @@ class PromptAccountant:
         """An article's content as sent in a tool result (its ``content_segment``)."""
         return self.tokens.count(content_segment(content))
 
-    def _count_tool_text(self, text: str) -> int:
+    def _count_tool_text(self, text: str, contents: Sequence[str] | None = None) -> int:
         """A tool result's text: exact, its articles' contents counted alone where the counter allows."""
         tokens = self.tokens
         if len(text) < _SEGMENTED_MIN_CHARS or not tokens.word_additive:
@@ -226,10 +229,10 @@ class PromptAccountant:
         known = tokens.cached(text)
         if known is not None:
             return known
-        payload = parse_payload_text(text)
-        split = None
-        if payload is not None:
-            split = content_segments(text, [a["content"] for a in payload["articles"] if "content" in a])
+        if contents is None:
+            payload = parse_payload_text(text)
+            contents = [a["content"] for a in payload["articles"] if "content" in a] if payload is not None else []
+        split = content_segments(text, contents) if contents else None
         if split is None:
             return tokens.count(text)
         segments, rest = split

@@ -598,10 +598,11 @@ class ContextBudget:
         for i in run.payloads:
             if i in run.removed:
                 continue
-            run.messages[i] = self._render(run, i)
-            run.counts[i] = self.accountant.count_message(run.messages[i])
+            run.messages[i], contents = self._render(run, i)
+            run.counts[i] = self.accountant.count_message(run.messages[i], contents=contents)
 
-    def _render(self, run: _Run, i: int) -> ChatMessage:
+    def _render(self, run: _Run, i: int) -> tuple[ChatMessage, list[str]]:
+        """Tool message ``i`` rewritten, and the contents of the articles it carries."""
         source = run.payloads[i]
         payload = {k: v for k, v in source.items() if k not in ("articles", "metadata")}
         articles: list[dict[str, Any]] = []
@@ -642,7 +643,8 @@ class ContextBudget:
         if references:
             meta_out["references_count"] = references
         payload["metadata"] = meta_out
-        return replace_text(run.messages[i], dump_payload(payload))
+        contents = [a["content"] for a in articles if "content" in a]
+        return replace_text(run.messages[i], dump_payload(payload)), contents
 
     # --- result ---------------------------------------------------------------------------------------
     def _result(self, run: _Run) -> BudgetResult:
