@@ -37,6 +37,7 @@ _MIN_FILL_TOKENS = 4
 ELLIPSIS = "…"
 """Ends a sentence that was cut to fit (one token), so the reader knows text is missing."""
 _FIT_ROUNDS = 6
+_WORD_BACKOFF_CHARS = 24
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,15 @@ class ExtractiveCompressor:
                     break  # nothing left to add
             else:
                 break
+        for _ in range(_FIT_ROUNDS):
+            if n <= target or len(result) < 2:
+                break
+            # Still a little over: shorten the end by about as much, at a word (only the end is re-counted).
+            keep = len(result) - max(1, math.ceil((n - target + 1) / (ratio * scale)))
+            shorter = _cut(result, keep + 1, 1.0) if keep > 0 else ""
+            if not shorter or shorter == result:
+                break
+            n, result = self.tokens.count_edited(result, n, shorter), shorter
         if n > target:
             result = self.tokens.truncate(result, target)
         return result
@@ -294,14 +304,15 @@ class ExtractiveCompressor:
 
 
 def _cut(sentence: str, budget: int, per_char: float) -> str:
-    """A prefix of ``sentence`` of about ``budget`` tokens at ``per_char`` tokens a character, ending at
-    a word and in "…" when cut (the draft it goes into is counted exactly, and the budget corrected)."""
+    """A prefix of ``sentence`` of about ``budget`` tokens at ``per_char`` tokens a character, ending in
+    "…" when cut, at the end of a word if one ends near (the draft it goes into is counted exactly, and
+    the budget corrected)."""
     chars = int((budget - 1) / per_char)
     if chars >= len(sentence):
         return sentence
     piece = sentence[:chars]
     space = piece.rfind(" ")
-    if space > chars // 2:
+    if space >= max(chars // 2, chars - _WORD_BACKOFF_CHARS):  # end at a word unless it is long
         piece = piece[:space]
     piece = piece.rstrip()
     return piece + ELLIPSIS if piece else ""
