@@ -12,7 +12,9 @@ tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: wh
 configuration, local ``qwen2.5-1.5b``, counts with) or ``both``. The vocabulary is loaded and scanned
 before timing (once per process in the app, about a second). Prints ONE JSON line per tokenizer: wall-clock p50/p95
 milliseconds (``*_ms``), the same runs' CPU time of this process (``*_cpu_*_ms``: less disturbed by
-other load on a shared machine) and the load average before and after.
+other load on a shared machine), the load average before and after, and ``reference_ms_*``: a fixed
+pure-Python loop timed before and after (on a shared machine its speed drifts by a third over minutes;
+compare runs with similar references).
 
 Run::
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -135,6 +138,19 @@ def load_average() -> list[float]:
         return []
 
 
+def reference_ms() -> float:
+    """Milliseconds of a fixed pure-Python loop (best of 3): how fast this machine runs Python right now,
+    to compare runs taken on a shared machine at different times."""
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - start)
+    return round(best * 1000, 2)
+
+
 def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
     """``fn(*args, **kwargs)``, its wall-clock and CPU (this process) milliseconds."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -162,6 +178,7 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         "prompt_tokens_before": prompt_tokens,
         "repeats": args.repeats,
         "load_avg_before": load_average(),
+        "reference_ms_before": reference_ms(),
         "windows": {},
     }
     for window in WINDOWS:
@@ -209,6 +226,7 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
     result["max_cold_cpu_p95_ms"] = max(w["cold_cpu_p95_ms"] for w in result["windows"].values())
     result["target_ms"] = 50
     result["load_avg_after"] = load_average()
+    result["reference_ms_after"] = reference_ms()
     result["machine"] = f"{platform.machine()}, {os.cpu_count()} cpus (shared)"
     return result
 
