@@ -40,7 +40,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
-from ragidx.budget.messages import content_segment
+from ragidx.budget.messages import SEGMENTS
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         cold_cpu: list[float] = []
         for _ in range(args.repeats):
             fresh = ContextBudget(new_counter(), fallback_context_window=131072)
-            content_segment.cache_clear()  # the process-wide memo of articles' JSON strings too
+            SEGMENTS.clear()  # the process-wide memo of articles' JSON strings too
             _, wall_ms, cpu_ms = timed(fresh.apply, messages, **kwargs)
             cold.append(wall_ms)
             cold_cpu.append(cpu_ms)

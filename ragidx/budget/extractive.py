@@ -307,7 +307,7 @@ def _cut(sentence: str, budget: int, per_char: float) -> str:
     """A prefix of ``sentence`` of about ``budget`` tokens at ``per_char`` tokens a character, ending in
     "…" when cut, at the end of a word if one ends near (the draft it goes into is counted exactly, and
     the budget corrected)."""
-    chars = int((budget - 1) / per_char)
+    chars = max(0, int((budget - 1) / per_char))
     if chars >= len(sentence):
         return sentence
     piece = sentence[:chars]

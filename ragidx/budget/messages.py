@@ -17,12 +17,16 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
 __all__ = [
+    "SEGMENTS",
+    "SegmentMemo",
     "content_segment",
     "content_segments",
     "current_turn_start",
@@ -81,19 +85,65 @@ def parse_payload_text(text: str) -> dict[str, Any] | None:
     return data
 
 
-@functools.lru_cache(maxsize=512)
 def content_segment(content: str) -> str:
     """How an article's content appears in a tool result written by :func:`dump_payload`: a space, the
     JSON string, a comma (the space after the comma starts the next segment).
 
-    Remembered for the last 512 contents: the budget needs an article's segment several times per call
-    (to count, cut and write it); ``content_segment.cache_clear()`` forgets them.
+    The budget needs an article's segment several times per call (to count, cut and write it): the
+    last ones made are remembered (:data:`SEGMENTS`, bounded in entries and characters).
 
     Example:
         >>> content_segment('Say "hi"')
         ' "Say \\\\"hi\\\\"",'
     """
-    return " " + json.dumps(content, ensure_ascii=False) + ","
+    if len(content) < _MEMO_MIN_CHARS:
+        return " " + json.dumps(content, ensure_ascii=False) + ","
+    return SEGMENTS.get(content)
+
+
+_MEMO_MIN_CHARS = 64
+
+
+class SegmentMemo:
+    """The last ``max_entries`` contents' segments, at most ``max_chars`` characters of contents in all
+    (an LRU; thread-safe). ``clear()`` forgets them."""
+
+    def __init__(self, max_entries: int = 512, max_chars: int = 4_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._memo: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, content: str) -> str:
+        with self._lock:
+            segment = self._memo.get(content)
+            if segment is not None:
+                self._memo.move_to_end(content)
+                return segment
+        segment = " " + json.dumps(content, ensure_ascii=False) + ","
+        if len(content) > self.max_chars:
+            return segment
+        with self._lock:
+            if content not in self._memo:
+                self._memo[content] = segment
+                self._chars += len(content)
+                while len(self._memo) > self.max_entries or self._chars > self.max_chars:
+                    old, _ = self._memo.popitem(last=False)
+                    self._chars -= len(old)
+        return segment
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()
+            self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+SEGMENTS = SegmentMemo()
+"""The process's memo of :func:`content_segment`."""
 
 
 def dump_payload(payload: dict[str, Any], *, default: Callable[[Any], Any] | None = None) -> str:

@@ -4,7 +4,14 @@ import json
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from ragidx.budget.messages import current_turn_start, group_spans, parse_tool_payload, replace_text
+from ragidx.budget.messages import (
+    SegmentMemo,
+    content_segment,
+    current_turn_start,
+    group_spans,
+    parse_tool_payload,
+    replace_text,
+)
 from tests.budget.helpers import assistant, tool_call, tool_result, user
 
 
@@ -41,3 +48,17 @@ def test_replace_text_copies_kwargs() -> None:
     assert new.content == "{}" and new.additional_kwargs == original.additional_kwargs
     new.additional_kwargs["name"] = "changed"
     assert original.additional_kwargs["name"] == "retrieve_context"
+
+
+def test_segment_memo_is_bounded_and_returns_what_json_writes() -> None:
+    memo = SegmentMemo(max_entries=3, max_chars=300)
+    texts = [f'Line "{i}"\nnext ' * 10 for i in range(5)]  # 140 characters each
+    for t in texts:
+        assert memo.get(t) == " " + json.dumps(t, ensure_ascii=False) + ","
+    assert len(memo) == 2  # three would pass 300 characters
+    assert memo.get(texts[-1]) is memo.get(texts[-1])  # remembered
+    huge = "x" * 400
+    assert memo.get(huge) == f' "{huge}",' and len(memo) == 2  # larger than the memo: not kept
+    memo.clear()
+    assert len(memo) == 0
+    assert content_segment('Say "hi"') == ' "Say \\"hi\\"",'
