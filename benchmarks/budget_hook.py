@@ -2,10 +2,12 @@
 
 The articles are LibreOffice help pages (``--kb``) of realistic size (300-3000 tokens each, a fixed
 sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeats between them, after a
-~600-token system prompt, the tool schema and a short conversation. Each window size is timed
-``--repeats`` times cold (a fresh budget: nothing counted, split or escaped yet, as when new tool
-results arrive) and warm (the same budget again after ``--warmup`` runs: the next LLM call of the turn
-re-sends the same messages, whose token counts are cached).
+~600-token system prompt, the tool schema and a short conversation; the tool results are written as
+``retrieve_context`` writes them. Each window size is timed ``--repeats`` times (the windows take
+turns, so that the machine's slow spells fall on all alike) cold (a fresh budget: nothing counted,
+split or escaped yet, as when new tool results arrive) and warm (the same budget again after
+``--warmup`` runs: the next LLM call of the turn re-sends the same messages, whose token counts are
+cached).
 
 ``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
 tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
@@ -40,7 +42,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
-from ragidx.budget.messages import SEGMENTS
+from ragidx.budget.messages import SEGMENTS, dump_payload
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -84,10 +86,11 @@ def load_articles(path: Path, n: int, tokens: TokenCounter, seed: int) -> list[d
 
 
 def tool_message(call_id: str, articles: list[dict[str, Any]]) -> ChatMessage:
+    """A ``retrieve_context`` result written as the tool writes it (``articles_to_json``)."""
     payload = {"articles": articles, "metadata": {"query": QUESTION, "articles_count": len(articles)}}
     return ChatMessage(
         role=MessageRole.TOOL,
-        content=json.dumps(payload, ensure_ascii=False),
+        content=dump_payload(payload),
         additional_kwargs={"tool_call_id": call_id, "name": "retrieve_context"},
     )
 
@@ -168,7 +171,6 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         "You answer questions about LibreOffice from the knowledge-base articles that the "
         "retrieve_context tool returns. Cite every claim with the article's title and URL. " * 15
     )
-    budget = ContextBudget(new_counter(), fallback_context_window=131072)  # extractive compressor by default
     prompt_tokens = acc.count_prompt(messages, system_prompt=system_prompt, tools=[TOOL_SPEC])
     result: dict[str, Any] = {
         "benchmark": "budget_hook",
@@ -181,36 +183,45 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         "reference_ms_before": reference_ms(),
         "windows": {},
     }
-    for window in WINDOWS:
-        kwargs: dict[str, Any] = {
+
+    def call_kwargs(window: int) -> dict[str, Any]:
+        return {
             "system_prompt": system_prompt,
             "tools": [TOOL_SPEC],
             "context_window": window,
             "max_output_tokens": 512,
         }
-        # cold: a fresh budget (empty token-count cache), as when new tool results arrive;
-        # warm: the same budget again, as on the next LLM call of the turn with the same messages.
-        cold: list[float] = []
-        cold_cpu: list[float] = []
-        for _ in range(args.repeats):
+
+    # cold: a fresh budget (empty token-count cache), as when new tool results arrive;
+    # warm: the same budget again, as on the next LLM call of the turn with the same messages.
+    # The windows take turns within each repeat, so that a shared machine's slow spells (its speed
+    # drifts over minutes) fall on all of them alike.
+    cold: dict[int, list[tuple[float, float]]] = {w: [] for w in WINDOWS}
+    for _ in range(args.repeats):
+        for window in WINDOWS:
             fresh = ContextBudget(new_counter(), fallback_context_window=131072)
             SEGMENTS.clear()  # the process-wide memo of articles' JSON strings too
-            _, wall_ms, cpu_ms = timed(fresh.apply, messages, **kwargs)
-            cold.append(wall_ms)
-            cold_cpu.append(cpu_ms)
-        for _ in range(args.warmup):
-            budget.apply(messages, **kwargs)
-        times: list[float] = []
-        cpu: list[float] = []
-        for _ in range(args.repeats):
-            out, wall_ms, cpu_ms = timed(budget.apply, messages, **kwargs)
-            times.append(wall_ms)
-            cpu.append(cpu_ms)
+            _, wall_ms, cpu_ms = timed(fresh.apply, messages, **call_kwargs(window))
+            cold[window].append((wall_ms, cpu_ms))
+    budgets = {w: ContextBudget(new_counter(), fallback_context_window=131072) for w in WINDOWS}
+    for _ in range(args.warmup):
+        for window in WINDOWS:
+            budgets[window].apply(messages, **call_kwargs(window))
+    warm: dict[int, list[tuple[float, float]]] = {w: [] for w in WINDOWS}
+    outs = {}
+    for _ in range(args.repeats):
+        for window in WINDOWS:
+            outs[window], wall_ms, cpu_ms = timed(budgets[window].apply, messages, **call_kwargs(window))
+            warm[window].append((wall_ms, cpu_ms))
+    for window in WINDOWS:
+        out = outs[window]
         sent = out.messages if out.messages is not None else messages
         after = acc.count_prompt(sent, system_prompt=system_prompt, tools=[TOOL_SPEC])
+        cold_wall, cold_cpu = [t for t, _ in cold[window]], [c for _, c in cold[window]]
+        times, cpu = [t for t, _ in warm[window]], [c for _, c in warm[window]]
         result["windows"][str(window)] = {
-            "cold_p50_ms": round(statistics.median(cold), 2),
-            "cold_p95_ms": round(percentile(cold, 0.95), 2),
+            "cold_p50_ms": round(statistics.median(cold_wall), 2),
+            "cold_p95_ms": round(percentile(cold_wall, 0.95), 2),
             "p50_ms": round(statistics.median(times), 2),
             "p95_ms": round(percentile(times, 0.95), 2),
             "cold_cpu_p50_ms": round(statistics.median(cold_cpu), 2),
