@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from ragidx.agent.answer import Citation
 
+_ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 _WORD = re.compile(r"\w{4,}", re.UNICODE)
 _STOP = frozenset(
@@ -27,6 +29,21 @@ _STOP = frozenset(
 
 def _words(text: str) -> set[str]:
     return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP}
+
+
+def restore_entities(text: str, sources: Sequence[dict[str, Any]]) -> str:
+    """``text`` with the HTML entities a model wrote for plain characters (``&gt;`` for ``>``) turned
+    back into them; an entity that the articles shown also write (say, a page about HTML) is kept.
+
+    Example:
+        >>> restore_entities("Click the &gt;&gt; button.", [{"content": "Click the >> button."}])
+        'Click the >> button.'
+    """
+    found = set(_ENTITY.findall(text))
+    if not found:
+        return text
+    kept = {e for e in found if any(e in str(s.get("content") or "") for s in sources)}
+    return _ENTITY.sub(lambda m: m.group(0) if m.group(0) in kept else html.unescape(m.group(0)), text)
 
 
 def resolve_citations(

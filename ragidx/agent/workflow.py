@@ -47,7 +47,7 @@ from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Wor
 from pydantic import BaseModel, Field
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
-from ragidx.agent.citations import resolve_citations, shares_terms
+from ragidx.agent.citations import resolve_citations, restore_entities, shares_terms
 from ragidx.budget import ContextBudget
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.dedup import dedupe_articles
@@ -614,7 +614,7 @@ class RagAgent(Workflow):
         if not_found:
             text, citations, method = NOT_FOUND_TEXT, [], "none"
         else:
-            text, citations, method = resolve_citations(text, sources)
+            text, citations, method = resolve_citations(restore_entities(text, sources), sources)
         if turn.session_id is not None:
             final = (
                 turn.messages

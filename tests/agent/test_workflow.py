@@ -58,6 +58,19 @@ def test_auto_mode_calls_the_tool_several_times_and_cites_what_it_read() -> None
     assert len({text_of(c.messages[0]) for c in llm.calls}) == 1
 
 
+def test_html_entities_the_model_writes_are_shown_as_characters() -> None:
+    agent, _ = make_agent(
+        [
+            ToolCall("retrieve_context", {"query": "insert table writer"}),
+            "done searching",
+            "Choose Table &gt; Insert Table [1].",
+        ]
+    )
+    answer = ask(agent, "How do I insert a table in Writer?")
+    assert answer.text == "Choose Table > Insert Table [1]."
+    assert [c.kb_id for c in answer.citations] == ["tables"]
+
+
 def test_duplicates_across_calls_are_sent_once_with_the_best_score() -> None:
     agent, llm = make_agent(
         [
