@@ -18,9 +18,9 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
+from ragidx.budget.lru import TextLRU
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = ["CachedTokenCounter"]
@@ -51,11 +51,8 @@ class CachedTokenCounter(TokenCounter):
         inner = inner or TokenCounter()
         super().__init__(inner.encoding_name)
         self._inner = inner
-        self.max_entries = max_entries
-        self.max_chars = max_chars
         self.min_chars = min_chars
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._chars = 0
+        self._cache = TextLRU[int](max_entries, max_chars)
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
@@ -94,19 +91,13 @@ class CachedTokenCounter(TokenCounter):
         with self._lock:
             cached = self._cache.get(text)
             if cached is not None:
-                self._cache.move_to_end(text)
                 self._hits += 1
             return cached
 
     def remember(self, text: str, count: int) -> None:
         with self._lock:
             self._misses += 1
-            if text not in self._cache:
-                self._cache[text] = count
-                self._chars += len(text)
-                while self._cache and (len(self._cache) > self.max_entries or self._chars > self.max_chars):
-                    old, _ = self._cache.popitem(last=False)
-                    self._chars -= len(old)
+            self._cache.put(text, count)
 
     def count_edited(self, old: str, old_count: int, new: str) -> int:
         if len(new) < self.min_chars or not self._inner.word_additive:
@@ -121,8 +112,7 @@ class CachedTokenCounter(TokenCounter):
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
-            self._chars = 0
 
     def cache_info(self) -> dict[str, Any]:
         with self._lock:
-            return {"hits": self._hits, "misses": self._misses, "entries": len(self._cache), "chars": self._chars}
+            return {"hits": self._hits, "misses": self._misses, "entries": len(self._cache), "chars": self._cache.chars}

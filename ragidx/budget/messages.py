@@ -18,11 +18,12 @@ import copy
 import functools
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
+
+from ragidx.budget.lru import TextLRU
 
 __all__ = [
     "SEGMENTS",
@@ -109,34 +110,21 @@ class SegmentMemo:
     (an LRU; thread-safe). ``clear()`` forgets them."""
 
     def __init__(self, max_entries: int = 512, max_chars: int = 4_000_000) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._memo: OrderedDict[str, str] = OrderedDict()
-        self._chars = 0
+        self._memo = TextLRU[str](max_entries, max_chars)
         self._lock = threading.Lock()
 
     def get(self, content: str) -> str:
         with self._lock:
             segment = self._memo.get(content)
-            if segment is not None:
-                self._memo.move_to_end(content)
-                return segment
-        segment = " " + json.dumps(content, ensure_ascii=False) + ","
-        if len(content) > self.max_chars:
-            return segment
-        with self._lock:
-            if content not in self._memo:
-                self._memo[content] = segment
-                self._chars += len(content)
-                while len(self._memo) > self.max_entries or self._chars > self.max_chars:
-                    old, _ = self._memo.popitem(last=False)
-                    self._chars -= len(old)
+        if segment is None:
+            segment = " " + json.dumps(content, ensure_ascii=False) + ","
+            with self._lock:
+                self._memo.put(content, segment)
         return segment
 
     def clear(self) -> None:
         with self._lock:
             self._memo.clear()
-            self._chars = 0
 
     def __len__(self) -> int:
         return len(self._memo)
