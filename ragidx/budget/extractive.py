@@ -266,7 +266,7 @@ class ExtractiveCompressor:
                 break
             # Still a little over: shorten the end by about as much, at a word (only the end is re-counted).
             keep = len(result) - max(1, math.ceil((n - target + 1) / (ratio * scale)))
-            shorter = _cut(result, keep + 1, 1.0) if keep > 0 else ""
+            shorter = _at_word(result, keep) if keep > 0 else ""
             if not shorter or shorter == result:
                 break
             n, result = self.tokens.count_edited(result, n, shorter), shorter
@@ -308,9 +308,13 @@ def _cut(sentence: str, budget: int, per_char: float) -> str:
     "…" when cut, at the end of a word if one ends near (the draft it goes into is counted exactly, and
     the budget corrected)."""
     chars = max(0, int((budget - 1) / per_char))
-    if chars >= len(sentence):
-        return sentence
-    piece = sentence[:chars]
+    return sentence if chars >= len(sentence) else _at_word(sentence, chars)
+
+
+def _at_word(text: str, chars: int) -> str:
+    """``text`` cut to at most ``chars`` characters, at the end of a word if one ends within
+    ``_WORD_BACKOFF_CHARS``, ending in "…" ("" when nothing is left)."""
+    piece = text[:chars]
     space = piece.rfind(" ")
     if space >= max(chars // 2, chars - _WORD_BACKOFF_CHARS):  # end at a word unless it is long
         piece = piece[:space]
