@@ -38,6 +38,13 @@ ELLIPSIS = "…"
 """Ends a sentence that was cut to fit (one token), so the reader knows text is missing."""
 _FIT_ROUNDS = 6
 _WORD_BACKOFF_CHARS = 24
+_GOOD_ENOUGH_TOKENS = 6
+"""A draft this close under the target ends the fit once a fuller one went over (a cut sentence changes
+by whole words, so the fit could step back and forth across the target)."""
+_LINE_BREAK_CHARS = 3
+_UNIT_EDGE_CHARS = 3
+"""Extra characters a unit's cost estimate counts per line break before it and for its edges (measured on
+the bundled EN/RU help pages: fewer fitting rounds than characters alone)."""
 
 
 @dataclass(frozen=True)
@@ -168,19 +175,26 @@ class ExtractiveCompressor:
     ) -> str:
         """Best units in score order, estimated by their share of characters, then fitted exactly.
 
-        Unit costs are estimated (``total`` tokens spread over the characters) instead of counted one
-        by one. Each draft is counted exactly, and the estimates re-scaled by what the draft (then the
-        units the last round added or removed) really cost; over the target, the partial unit is
-        trimmed or the weakest units dropped; under it, the next best units are added and the one that
-        does not fit whole is cut to fill the rest. A few rounds at most; the result never exceeds the
-        target and is within a few tokens of it.
+        Unit costs are estimated (``total`` tokens spread over the units by their characters, line
+        breaks and edges) instead of counted one by one. Each draft is counted exactly, and the
+        estimates re-scaled by what the draft (then the units the last round added or removed) really
+        cost; over the target, the partial unit is trimmed or the weakest units dropped; under it, the
+        next best units are added and the one that does not fit whole is cut to fill the rest. A few
+        rounds at most (a draft within ``_GOOD_ENOUGH_TOKENS`` under the target ends them once a fuller
+        one went over); the result never exceeds the target and is within a few tokens of it.
         """
         if target <= 0 or not doc.units:
             return ""
-        ratio = total / max(1, len(text))
-        # A unit costs its share of the characters, with the separator before it (a line break is a token).
+        # A unit costs its share of the article's tokens by its size: its characters with the separator
+        # before it, plus a little for each line break and for the unit's own edges (short lines, such as
+        # headings and function names, cost more tokens per character than prose).
         ends = [0, *(u.end for u in doc.units[:-1])]
-        cost = [max(1, math.ceil((u.end - e) * ratio)) for u, e in zip(doc.units, ends, strict=True)]
+        size = [
+            u.end - e + _LINE_BREAK_CHARS * text.count("\n", e, u.start) + _UNIT_EDGE_CHARS
+            for u, e in zip(doc.units, ends, strict=True)
+        ]
+        ratio = total / max(1.0, sum(size))  # tokens per character (of size)
+        cost = [w * ratio for w in size]
         order = sorted(range(len(doc.units)), key=lambda i: (-scores[i], i))
         chosen: list[int] = []  # in score order: the last is the weakest
         in_chosen: set[int] = set()
@@ -210,7 +224,9 @@ class ExtractiveCompressor:
 
         partial = fill(target)
         result, n = "", 0
-        last_estimate, last_n, last_cut = 0, 0, 0
+        best, best_n = "", -1  # the fullest draft so far within the target
+        last_estimate: float = 0.0
+        last_n, last_cut = 0, 0
         trims = 0
         for round_no in range(_FIT_ROUNDS):
             draft = self._assemble(text, doc.units, in_chosen, partial, ratio * scale)
@@ -226,6 +242,10 @@ class ExtractiveCompressor:
                 scale = min(4.0, max(0.25, (n - last_n - cut + last_cut) / (estimate - last_estimate)))
             last_estimate, last_n, last_cut = estimate, n, cut
             if n > target:
+                if best_n >= 0 and target - best_n <= _GOOD_ENOUGH_TOKENS:
+                    # Word-sized steps of the cut unit jump over the target: a draft this close is kept.
+                    result, n = best, best_n
+                    break
                 over: float = n - target
                 if partial is not None and partial[1] - over - trims >= _MIN_FILL_TOKENS:
                     # A cut piece can cost a token more than its budget (the "…", how it joins the
@@ -246,6 +266,8 @@ class ExtractiveCompressor:
                         partial = (weakest, keep) if keep >= _MIN_FILL_TOKENS else None
                     over -= freed
             elif target - n >= _MIN_FILL_TOKENS:
+                if n > best_n:
+                    best, best_n = result, n
                 rest: float = target - n
                 before = len(chosen)
                 if partial is not None:
