@@ -304,24 +304,34 @@ class ExtractiveCompressor:
         partial: tuple[int, int] | None,
         per_char: float,
     ) -> str:
+        cut_at = partial[0] if partial is not None else -1
         parts: list[str] = []
-        prev: int | None = None
-        shown = sorted(chosen if partial is None else chosen | {partial[0]})
-        for i in shown:
-            unit = units[i]
-            if i in chosen:
-                piece = unit.text
-            else:
+        last = -1  # the last unit written
+        run_from = run_to = -1  # whole units next to each other, not written yet (one slice of the text)
+        for i in sorted(chosen if partial is None else chosen | {cut_at}):
+            if i != cut_at and i == run_to + 1 and run_from >= 0:
+                run_to = i
+                continue
+            if run_from >= 0:
+                parts.append(text[units[run_from].start : units[run_to].end])
+                last, run_from = run_to, -1
+            piece = ""
+            if i == cut_at:
                 assert partial is not None
-                piece = _cut(unit.text, partial[1], per_char)
+                piece = _cut(units[i].text, partial[1], per_char)
                 if not piece:
                     continue
-            if prev is not None:
-                gap = text[units[prev].end : unit.start]
+            if last >= 0:
+                gap = text[units[last].end : units[i].start]
                 # Adjacent units keep their own separator; across a gap, a line break if one was skipped.
-                parts.append(gap if prev == i - 1 else ("\n" if "\n" in gap else " "))
-            parts.append(piece)
-            prev = i
+                parts.append(gap if last == i - 1 else ("\n" if "\n" in gap else " "))
+            if piece:
+                parts.append(piece)
+                last = i
+            else:
+                run_from = run_to = i
+        if run_from >= 0:
+            parts.append(text[units[run_from].start : units[run_to].end])
         return "".join(parts)
 
 
