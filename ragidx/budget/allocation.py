@@ -126,19 +126,7 @@ def allocate_article_budgets(
         alloc[kept[0]] = min(sizes[kept[0]], budget)
         return alloc
     wishes = {i: sizes[i] * rank_share(ranks[i]) for i in kept}
-
-    def total(scale: float) -> float:
-        return sum(min(sizes[i], max(floors[i], scale * wishes[i])) for i in kept)
-
-    lo, hi = 0.0, 1.0
-    while total(hi) < budget and hi < 1e9:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if total(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid
+    lo = _fill_scale([sizes[i] for i in kept], [floors[i] for i in kept], [wishes[i] for i in kept], budget)
     for i in kept:
         alloc[i] = int(min(sizes[i], max(floors[i], lo * wishes[i])))
     # Hand rounding leftovers to the best-ranked articles with room, then shrink (rather than drop) the
@@ -157,6 +145,28 @@ def allocate_article_budgets(
         alloc[i] = piece
         left -= piece
     return alloc
+
+
+def _fill_scale(sizes: Sequence[int], floors: Sequence[int], wishes: Sequence[float], budget: int) -> float:
+    """The largest ``s`` with ``sum(min(size, max(floor, s * wish))) <= budget`` (``sum(floors) <= budget``).
+
+    The sum is piecewise linear in ``s``: each article adds its floor up to ``floor / wish``, then
+    ``s * wish`` up to ``size / wish``, then its size. The breakpoints are walked in order until the sum
+    would pass the budget, and the segment there solved exactly (where everything fits: the last point).
+    """
+    events: list[tuple[float, float, float]] = []  # (where, slope change, constant change)
+    const, slope = float(sum(floors)), 0.0
+    for size, floor, wish in zip(sizes, floors, wishes, strict=True):
+        if wish > 0:
+            events.append((floor / wish, wish, -floor))
+            events.append((size / wish, -wish, size))
+    events.sort()
+    for where, d_slope, d_const in events:
+        if const + slope * where > budget:
+            return (budget - const) / slope  # slope > 0: the sum rose past the budget on this segment
+        slope += d_slope
+        const += d_const
+    return events[-1][0] if events else 0.0
 
 
 def suggest_article_cap(

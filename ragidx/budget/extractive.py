@@ -195,7 +195,7 @@ class ExtractiveCompressor:
         ]
         ratio = total / max(1.0, sum(size))  # tokens per character (of size)
         cost = [w * ratio for w in size]
-        order = sorted(range(len(doc.units)), key=lambda i: (-scores[i], i))
+        order = sorted(range(len(doc.units)), key=scores.__getitem__, reverse=True)  # ties: text order (stable)
         chosen: list[int] = []  # in score order: the last is the weakest
         in_chosen: set[int] = set()
         scale = 1.0  # actual tokens per estimated token, learnt from the first draft
@@ -235,7 +235,7 @@ class ExtractiveCompressor:
             result = draft
             # Separators between kept units are dropped and escapes are uneven: learn what the estimates
             # are worth, first over the draft, then over what the last round added or removed.
-            estimate, cut = sum(cost[i] for i in chosen), (partial[1] if partial else 0)
+            estimate, cut = sum(map(cost.__getitem__, chosen)), (partial[1] if partial else 0)
             if round_no == 0 and estimate:
                 scale = min(4.0, max(0.25, (n - cut) / estimate))
             elif abs(estimate - last_estimate) >= _MIN_FILL_TOKENS:

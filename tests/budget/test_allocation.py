@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragidx.budget.allocation import (
+    _fill_scale,
     adaptive_min_tokens,
     allocate_article_budgets,
     rank_share,
@@ -69,6 +70,29 @@ def test_allocation_invariants(items: list[tuple[float, int]], budget: int, min_
     dropped = [r for r, a, s in zip(clamp, alloc, sizes, strict=True) if a == 0 and s > 0]
     if kept and dropped:
         assert max(kept) <= min(dropped)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 600), st.floats(0.3, 0.8)), min_size=1, max_size=12),
+    st.integers(0, 40_000),
+)
+def test_fill_scale_is_the_largest_scale_within_the_budget(items: list[tuple[int, int, float]], budget: int) -> None:
+    sizes = [s for s, _, _ in items]
+    floors = [min(f, s) for s, f, _ in items]
+    wishes = [s * share for s, _, share in items]  # as the allocation wishes: a rank's share of the size
+    if sum(floors) > budget:
+        return  # the caller never asks: it drops articles until their floors fit
+
+    def total(scale: float) -> float:
+        return sum(min(s, max(f, scale * w)) for s, f, w in zip(sizes, floors, wishes, strict=True))
+
+    scale = _fill_scale(sizes, floors, wishes, budget)
+    assert total(scale) <= budget + 1e-6 * max(1, budget)
+    if sum(sizes) > budget:  # a little more would pass the budget
+        assert total(scale * (1 + 1e-6) + 1e-9) > budget - 1e-6 * max(1, budget)
+    else:  # everything fits: every article gets its size
+        assert total(scale) == pytest.approx(sum(sizes))
 
 
 def test_small_windows_act_earlier() -> None:
