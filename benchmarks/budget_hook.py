@@ -12,11 +12,11 @@ cached).
 ``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
 tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
 configuration, local ``qwen2.5-1.5b``, counts with) or ``both``. The vocabulary is loaded and scanned
-before timing (once per process in the app, about a second). Prints ONE JSON line per tokenizer: wall-clock p50/p95
-milliseconds (``*_ms``), the same runs' CPU time of this process (``*_cpu_*_ms``: less disturbed by
-other load on a shared machine), the load average before and after, and ``reference_ms_*``: a fixed
-pure-Python loop timed before and after (on a shared machine its speed drifts by up to 1.6x over minutes;
-compare runs with similar references).
+before timing (once per process in the app: about a second, a quarter of one from the vocabulary cache).
+Prints ONE JSON line per tokenizer: wall-clock p50/p95 milliseconds (``*_ms``), the same runs' CPU time
+of this process (``*_cpu_*_ms``: less disturbed by other load on a shared machine), the load average
+before and after, and ``reference_ms_*``: a fixed pure-Python loop timed before and after (on a
+shared machine its speed drifts by up to 1.6x over minutes; compare runs with similar references).
 
 Run::
 

@@ -24,9 +24,12 @@ Example:
 from __future__ import annotations
 
 import atexit
+import base64
+import hashlib
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -284,8 +287,61 @@ def _llama_tokens(vocab: Any, text: str) -> list[int]:
     return out[:n]
 
 
+VOCAB_CACHE_FORMAT = "ragidx-gguf-vocab 1"
+"""First line of a cached vocabulary file (a new format gets new files)."""
+
+
+def default_vocab_cache_dir() -> Path:
+    """Where vocabularies read from GGUF files are kept for the next process: ``~/.cache/ragidx/vocab``."""
+    return Path.home() / ".cache" / "ragidx" / "vocab"
+
+
+def _vocab_cache_file(gguf_path: str, cache_dir: Path) -> Path:
+    """The cache file of one GGUF file as it is now (its size and modification time are in the name)."""
+    st = os.stat(gguf_path)
+    return cache_dir / f"{Path(gguf_path).stem}-{st.st_size}-{st.st_mtime_ns}.tiktoken"
+
+
+def _pattern_id(pattern: str) -> str:
+    return hashlib.sha256(pattern.encode("utf-8")).hexdigest()[:16]
+
+
+def _read_vocab_cache(path: Path) -> tuple[str, dict[bytes, int]] | None:
+    """``(pre-tokenizer name, ranks)`` from a cache file written by :func:`_write_vocab_cache` for the
+    pattern the code has now; ``None`` when it is missing, stale, damaged (its body's SHA-256 is in the
+    header) or unreadable: it is then rebuilt."""
+    try:
+        with open(path, "rb") as f:
+            header = f.readline().decode("ascii").split()
+            body = f.read()
+        *fmt, pre, pattern_id, digest = header
+        pattern = GGUF_PATTERNS.get(pre)
+        if " ".join(fmt) != VOCAB_CACHE_FORMAT or pattern is None or _pattern_id(pattern) != pattern_id:
+            return None
+        if hashlib.sha256(body).hexdigest() != digest:  # cut short or damaged
+            return None
+        ranks = {base64.b64decode(piece): int(rank) for piece, rank in (line.split() for line in body.splitlines())}
+    except (OSError, ValueError, UnicodeError):
+        return None
+    return (pre, ranks) if len(ranks) >= 256 else None
+
+
+def _write_vocab_cache(path: Path, pre: str, ranks: dict[bytes, int]) -> None:
+    """Write the checked vocabulary for the next process (atomically; a read-only disk only costs speed)."""
+    body = b"".join(base64.b64encode(piece) + b" %d\n" % rank for piece, rank in ranks.items())
+    header = f"{VOCAB_CACHE_FORMAT} {pre} {_pattern_id(GGUF_PATTERNS[pre])} {hashlib.sha256(body).hexdigest()}\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(header.encode("ascii") + body)
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.info("cannot cache the vocabulary of %s in %s (%s); it is read again next time", path.stem, path, exc)
+
+
 @lru_cache(maxsize=4)
-def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
+def gguf_encoding(gguf_path: str, cache_dir: str | None = None) -> tiktoken.Encoding | None:
     """A tiktoken encoding that tokenizes exactly as llama.cpp does with a GGUF model's vocabulary, or
     ``None`` where that is not known to hold.
 
@@ -295,16 +351,35 @@ def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
     them over a whole knowledge base; Qwen2.5's vocabulary: 0 differences). One known difference, an
     over-count (safe for a budget): llama.cpp matches a user-defined token's text (Qwen's
     ``<tool_call>``) as one token, tiktoken as its pieces. Built from the vocabulary once per process
-    (about a second for 152K tokens) and checked against llama.cpp on probe texts; a mismatch logs a
-    warning and returns ``None`` (the counter then asks llama.cpp for every count).
+    (one to two seconds for 152K tokens, most of it loading the vocabulary into llama.cpp) and checked
+    against llama.cpp on probe texts; a mismatch logs a warning and returns ``None`` (the counter then
+    asks llama.cpp for every count). A vocabulary that passed is kept in ``cache_dir`` (default
+    :func:`default_vocab_cache_dir`), so later processes build the encoding from that file (a quarter
+    of a second) without loading llama.cpp; the file is tied to the GGUF file's size and modification
+    time and to the pre-tokenizer pattern, and is rebuilt when any of them changes.
     """
+    name = f"gguf:{Path(gguf_path).stem}"
+    try:
+        cache_file: Path | None = _vocab_cache_file(gguf_path, Path(cache_dir or default_vocab_cache_dir()))
+    except OSError:  # no such file: llama.cpp says so below
+        cache_file = None
+    cached = _read_vocab_cache(cache_file) if cache_file is not None else None
+    if cached is not None:
+        cached_pre, cached_ranks = cached
+        try:
+            return tiktoken.Encoding(
+                name=name, pat_str=GGUF_PATTERNS[cached_pre], mergeable_ranks=cached_ranks, special_tokens={}
+            )
+        except Exception as exc:  # a damaged file that still parsed: build it again below
+            logger.info("ignoring the cached vocabulary %s (%s)", cache_file, exc)
     import ctypes
 
     import llama_cpp
 
     vocab = load_gguf_vocab(gguf_path)
     meta = getattr(vocab, "metadata", None) or {}
-    pattern = GGUF_PATTERNS.get(str(meta.get("tokenizer.ggml.pre")))
+    pre = str(meta.get("tokenizer.ggml.pre"))
+    pattern = GGUF_PATTERNS.get(pre)
     if meta.get("tokenizer.ggml.model") != "gpt2" or pattern is None:
         return None
     handle = vocab._model.vocab
@@ -326,9 +401,7 @@ def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
         if piece:
             ranks.setdefault(piece, token)
     try:
-        enc = tiktoken.Encoding(
-            name=f"gguf:{Path(gguf_path).stem}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
-        )
+        enc = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
         same = all(enc.encode_ordinary(text) == _llama_tokens(vocab, text) for text in _GGUF_PROBES)
     except Exception as exc:  # e.g. a vocabulary without all 256 byte tokens
         logger.warning("cannot count %s with tiktoken (%s); counting with llama.cpp (slower)", gguf_path, exc)
@@ -336,6 +409,8 @@ def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
     if not same:
         logger.warning("tiktoken and llama.cpp tokenize %s differently; counting with llama.cpp (slower)", gguf_path)
         return None
+    if cache_file is not None:
+        _write_vocab_cache(cache_file, pre, ranks)
     return enc
 
 
@@ -346,16 +421,18 @@ class GGUFTokenCounter(TokenCounter):
     small window; the local model's budget therefore counts with the model's own tokenizer. Where the
     vocabulary allows (:func:`gguf_encoding`: Qwen2 and 2.5), tiktoken runs it with llama.cpp's exact
     results; otherwise llama.cpp counts (about 2.4 µs per token here). The vocabulary is loaded once per
-    process and shared by all counters of the same file.
+    process and shared by all counters of the same file; ``vocab_cache_dir`` keeps it for the next
+    process (default :func:`default_vocab_cache_dir`).
 
     Example:
         >>> GGUFTokenCounter("/models/qwen.gguf").encoding_name
         'gguf:qwen'
     """
 
-    def __init__(self, gguf_path: str | Path) -> None:
+    def __init__(self, gguf_path: str | Path, *, vocab_cache_dir: str | Path | None = None) -> None:
         super().__init__("cl100k_base")
         self.gguf_path = str(gguf_path)
+        self.vocab_cache_dir = str(vocab_cache_dir) if vocab_cache_dir is not None else None
         self.encoding_name = f"gguf:{Path(self.gguf_path).stem}"
 
     @property
@@ -365,7 +442,7 @@ class GGUFTokenCounter(TokenCounter):
     @property
     def fast_encoding(self) -> tiktoken.Encoding | None:
         """The vocabulary as a tiktoken encoding, or ``None`` (llama.cpp counts)."""
-        return gguf_encoding(self.gguf_path)
+        return gguf_encoding(self.gguf_path, self.vocab_cache_dir)
 
     @property
     def word_additive(self) -> bool:

@@ -146,6 +146,49 @@ def test_gguf_counter_falls_back_to_llama_cpp_where_tiktoken_would_differ(
         tokenizer.gguf_encoding.cache_clear()
 
 
+@pytest.mark.slow
+def test_gguf_vocabulary_is_cached_for_the_next_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The checked vocabulary is written once; a later process builds the same encoding from the file
+    without loading llama.cpp, and a stale or damaged file is read from the model again."""
+    from ragidx.providers.local_llm import assemble_gguf
+
+    path = str(assemble_gguf("qwen2.5-0.5b"))
+    tokenizer.gguf_encoding.cache_clear()
+    try:
+        built = tokenizer.GGUFTokenCounter(path, vocab_cache_dir=tmp_path).fast_encoding
+        assert built is not None
+        (cache_file,) = tmp_path.iterdir()
+        assert cache_file.name.startswith("qwen2.5-0.5b-")
+
+        def no_llama(gguf_path: str) -> None:
+            raise AssertionError("llama.cpp loaded although the vocabulary is cached")
+
+        tokenizer.gguf_encoding.cache_clear()  # as in a new process
+        with monkeypatch.context() as m:
+            m.setattr(tokenizer, "load_gguf_vocab", no_llama)
+            cached = tokenizer.GGUFTokenCounter(path, vocab_cache_dir=tmp_path)
+            assert cached.fast_encoding is not None and cached.word_additive
+            for text in TRICKY:
+                assert cached.encode(text) == built.encode_ordinary(text)
+
+        cache_file.write_bytes(cache_file.read_bytes()[:5000])  # cut short, as by a full disk
+        tokenizer.gguf_encoding.cache_clear()
+        again = tokenizer.gguf_encoding(path, str(tmp_path))
+        assert again is not None and again.encode_ordinary(TRICKY[1]) == built.encode_ordinary(TRICKY[1])
+        assert cache_file.stat().st_size > 1_000_000  # written whole again
+
+        # A changed pre-tokenizer pattern makes the file stale: the vocabulary is read and checked again.
+        tokenizer.gguf_encoding.cache_clear()
+        changed = tokenizer.QWEN2_PATTERN.replace(r"\s+(?!\S)|", "")
+        with monkeypatch.context() as m:
+            m.setitem(tokenizer.GGUF_PATTERNS, "qwen2", changed)
+            m.setattr(tokenizer, "load_gguf_vocab", no_llama)
+            with pytest.raises(AssertionError, match="llama.cpp loaded"):
+                tokenizer.gguf_encoding(path, str(tmp_path))
+    finally:
+        tokenizer.gguf_encoding.cache_clear()
+
+
 def test_fast_count_equals_tiktoken_on_real_articles() -> None:
     """The bpe-openai accelerator (installed by ``make``) counts exactly what tiktoken counts."""
     pytest.importorskip("bpe_openai", reason="the fast-tokens extra is not installed")
