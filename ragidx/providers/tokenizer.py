@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -303,7 +304,15 @@ def _vocab_cache_file(gguf_path: str, cache_dir: Path) -> Path:
 
 
 def _pattern_id(pattern: str) -> str:
-    return hashlib.sha256(pattern.encode("utf-8")).hexdigest()[:16]
+    """The pattern's hash and the llama.cpp release it was checked against (either changing means the
+    vocabulary is read and checked again)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        llama = version("llama_cpp_python")
+    except PackageNotFoundError:
+        llama = "none"
+    return f"{hashlib.sha256(pattern.encode('utf-8')).hexdigest()[:16]}/llama-cpp-python-{llama}"
 
 
 def _read_vocab_cache(path: Path) -> tuple[str, dict[bytes, int]] | None:
@@ -330,6 +339,7 @@ def _write_vocab_cache(path: Path, pre: str, ranks: dict[bytes, int]) -> None:
     """Write the checked vocabulary for the next process (atomically; a read-only disk only costs speed)."""
     body = b"".join(base64.b64encode(piece) + b" %d\n" % rank for piece, rank in ranks.items())
     header = f"{VOCAB_CACHE_FORMAT} {pre} {_pattern_id(GGUF_PATTERNS[pre])} {hashlib.sha256(body).hexdigest()}\n"
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -338,6 +348,9 @@ def _write_vocab_cache(path: Path, pre: str, ranks: dict[bytes, int]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         logger.info("cannot cache the vocabulary of %s in %s (%s); it is read again next time", path.stem, path, exc)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 @lru_cache(maxsize=4)
@@ -356,7 +369,7 @@ def gguf_encoding(gguf_path: str, cache_dir: str | None = None) -> tiktoken.Enco
     asks llama.cpp for every count). A vocabulary that passed is kept in ``cache_dir`` (default
     :func:`default_vocab_cache_dir`), so later processes build the encoding from that file (a quarter
     of a second) without loading llama.cpp; the file is tied to the GGUF file's size and modification
-    time and to the pre-tokenizer pattern, and is rebuilt when any of them changes.
+    time, the pre-tokenizer pattern and the llama-cpp-python release, and is rebuilt when one changes.
     """
     name = f"gguf:{Path(gguf_path).stem}"
     try:

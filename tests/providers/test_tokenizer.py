@@ -185,6 +185,13 @@ def test_gguf_vocabulary_is_cached_for_the_next_process(monkeypatch: pytest.Monk
             m.setattr(tokenizer, "load_gguf_vocab", no_llama)
             with pytest.raises(AssertionError, match="llama.cpp loaded"):
                 tokenizer.gguf_encoding(path, str(tmp_path))
+
+        # A cache folder that cannot be written only costs speed.
+        tokenizer.gguf_encoding.cache_clear()
+        blocked = tmp_path / "not-a-folder"
+        blocked.write_text("x")
+        assert tokenizer.gguf_encoding(path, str(blocked)) is not None
+        assert blocked.read_text() == "x"
     finally:
         tokenizer.gguf_encoding.cache_clear()
 
