@@ -98,11 +98,15 @@ def content_segment(content: str) -> str:
         ' "Say \\\\"hi\\\\"",'
     """
     if len(content) < _MEMO_MIN_CHARS:
-        return " " + json.dumps(content, ensure_ascii=False) + ","
+        return _make_segment(content)
     return SEGMENTS.get(content)
 
 
 _MEMO_MIN_CHARS = 64
+
+
+def _make_segment(content: str) -> str:
+    return " " + json.dumps(content, ensure_ascii=False) + ","
 
 
 class SegmentMemo:
@@ -117,7 +121,7 @@ class SegmentMemo:
         with self._lock:
             segment = self._memo.get(content)
         if segment is None:
-            segment = " " + json.dumps(content, ensure_ascii=False) + ","
+            segment = _make_segment(content)
             with self._lock:
                 self._memo.put(content, segment)
         return segment
