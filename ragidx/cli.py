@@ -7,6 +7,7 @@
     ragidx stats
     ragidx eval retrieval --beir DIR [--limit N]
     ragidx eval compression --hotpotqa FILE [--limit N]
+    ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
 ``--data-dir`` overrides where the stores live.
@@ -132,6 +133,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from ragidx.evaluation.retrieval import main as retrieval_main
 
         return int(retrieval_main(args.rest))
+    if args.what == "answers":
+        from ragidx.evaluation.answers import main as answers_main
+
+        return int(answers_main(args.rest))
     from ragidx.evaluation.compression import main as compression_main
 
     return int(compression_main(args.rest) or 0)
@@ -174,8 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="article and chunk counts")
     p.set_defaults(func=cmd_stats)
 
-    p = sub.add_parser("eval", help="evaluations: retrieval (BEIR) or compression (HotpotQA)")
-    p.add_argument("what", choices=["retrieval", "compression"])
+    p = sub.add_parser(
+        "eval", help="evaluations: retrieval (BEIR), compression (HotpotQA) or answers (questions over a KB)"
+    )
+    p.add_argument("what", choices=["retrieval", "compression", "answers"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of that evaluation (see its --help)")
     p.set_defaults(func=cmd_eval)
     return parser
