@@ -34,7 +34,14 @@ from ragidx.dashboard.answers import (
 )
 from ragidx.dashboard.charts import LATENCY_METRICS, QUALITY_METRICS, stages_chart, tokens_chart, window_gauge
 from ragidx.dashboard.engines import apply_overrides, derive_engine, factory_spec, load_factory, settings_key
-from ragidx.dashboard.evaluation import run_retrieval_eval, stage_rows, stage_table
+from ragidx.dashboard.evaluation import (
+    ANSWER_METRICS,
+    answer_table,
+    run_answer_eval,
+    run_retrieval_eval,
+    stage_rows,
+    stage_table,
+)
 from ragidx.dashboard.uploads import ACCEPTED_SUFFIXES, UploadResult, ingest_upload
 
 logger = logging.getLogger(__name__)
@@ -44,6 +51,7 @@ CHAT_KEY = "ragidx_chat"
 SESSION_KEY = "ragidx_session_id"
 INGEST_KEY = "ragidx_ingest_results"
 EVAL_KEY = "ragidx_eval_result"
+ANSWERS_KEY = "ragidx_answer_eval"
 
 LOCAL_MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 WINDOWS = (2048, 4096, 8192, 16384, 32768, 131072)
@@ -315,7 +323,12 @@ def ingest_page(engine: Any) -> None:
 
 # --- evaluation ------------------------------------------------------------------------------------
 def evaluation_page(engine: Any) -> None:
-    """Run the retrieval evaluation on a BEIR folder and plot its stages side by side."""
+    """Run the retrieval evaluation on a BEIR folder and plot its stages; then the answer evaluation."""
+    _retrieval_evaluation(engine)
+    _answer_evaluation(engine)
+
+
+def _retrieval_evaluation(engine: Any) -> None:
     st.title("Retrieval evaluation")
     st.markdown(
         "Every stage of the retrieval chain on a BEIR folder (`corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv`): "
@@ -353,3 +366,37 @@ def evaluation_page(engine: Any) -> None:
             "As configured (top_k {top_k}, {candidate_chunks} candidates): nDCG@10 {ndcg@10}, "
             "p50 {p50_ms} ms, p95 {p95_ms} ms".format(**default)
         )
+
+
+def _answer_evaluation(engine: Any) -> None:
+    st.header("Answer evaluation")
+    st.markdown(
+        "Questions asked of the knowledge base ingested here, with the sidebar's model: how many answers hold "
+        "a gold answer, whether their citations hold it, and how long each took. A questions file is JSONL, "
+        "one `{id, question, answers[], gold_kb_ids[], answerable}` a line (`ragidx eval answers` runs the same "
+        "from the command line, ingesting the KB for you)."
+    )
+    path = st.text_input(
+        "Questions file", key="answers_file", placeholder="ragidx/evaluation/data/answers_libreoffice_en.jsonl"
+    )
+    limit = st.number_input("Questions (0 = all, spread over the file)", min_value=0, value=5, key="answers_limit")
+    if st.button("Ask them", key="run_answers"):
+        try:
+            with st.spinner("Asking… each answer takes as long as in the chat"):
+                st.session_state[ANSWERS_KEY] = run_answer_eval(engine, path, limit=int(limit) or None)
+        except (FileNotFoundError, ValueError) as exc:
+            st.session_state[ANSWERS_KEY] = None
+            st.error(str(exc))
+            return
+    result = st.session_state.get(ANSWERS_KEY)
+    if not result:
+        return
+    summary, rows = result
+    shown = [(label, summary.get(key)) for key, label in ANSWER_METRICS.items() if summary.get(key) is not None]
+    for col, (label, value) in zip(st.columns(len(shown)), shown, strict=True):
+        col.metric(label, value)
+    st.caption(
+        f"{summary['questions']} questions ({summary['answerable']} answerable) · prompt tokens per question "
+        f"{summary['prompt_tokens_mean']} · overflows {summary['overflows']} · errors {summary['errors']}"
+    )
+    st.dataframe(answer_table(rows), hide_index=True)

@@ -209,3 +209,28 @@ def test_evaluation_page_says_what_a_beir_folder_needs(dashboard_env: Path, tmp_
     at.button(key="run_eval").click().run()
     assert "is not a BEIR folder: missing corpus.jsonl, queries.jsonl, qrels/test.tsv" in at.error[0].value
     assert not at.dataframe
+
+
+def test_evaluation_page_asks_a_question_set(kb_dir: Path, tmp_path: Path) -> None:
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        json.dumps({"id": "toc", "question": "How do I create a table of contents?", "answers": ["Table of Contents"]})
+        + "\n",
+        encoding="utf-8",
+    )
+    at = start("evaluation")
+    at.text_input(key="answers_file").set_value(str(questions))
+    at.button(key="run_answers").click().run()
+    assert not at.exception and not at.error, at.error
+    assert {m.label: m.value for m in at.metric}["Right answers"] == "1.0"
+    table = at.dataframe[0].value
+    assert list(table["id"]) == ["toc"] and bool(table["right"][0]) and "Table of Contents" in table["answer"][0]
+
+
+def test_evaluation_page_says_what_is_wrong_with_a_questions_file(dashboard_env: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n", encoding="utf-8")
+    at = start("evaluation")
+    at.text_input(key="answers_file").set_value(str(bad))
+    at.button(key="run_answers").click().run()
+    assert "bad.jsonl:1: not JSON" in at.error[0].value and not at.dataframe
