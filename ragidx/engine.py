@@ -132,7 +132,7 @@ class Engine:
             return self._agent
 
     def _build_agent(self) -> Any:
-        from ragidx.agent.workflow import RagAgent, SessionMemory
+        from ragidx.agent.workflow import RagAgent
         from ragidx.budget import ContextBudget, LLMSummaryCompressor, RetrievalCap
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
@@ -143,7 +143,6 @@ class Engine:
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
-        self._memory = self._memory or SessionMemory()
         return RagAgent(
             llm,
             make_retrieve_context_tool(self.retriever, cap=cap),
@@ -157,9 +156,18 @@ class Engine:
             fallback_llm=fallback,
             fallback_context_window=s.fallback_llm.context_window if s.fallback_llm else None,
             fallback_max_output_tokens=s.fallback_llm.max_output_tokens if s.fallback_llm else None,
-            memory=self._memory,
+            memory=self.memory,
             retries=s.llm.effective_max_retries,
         )
+
+    @property
+    def memory(self) -> Any:
+        """The conversations of ``session_id`` turns (``SessionMemory``), shared by the agent and chat engines."""
+        if self._memory is None:
+            from ragidx.agent.workflow import SessionMemory
+
+            self._memory = SessionMemory()
+        return self._memory
 
     def ingestor(self) -> Ingestor:
         return Ingestor(
@@ -250,6 +258,28 @@ class Engine:
                 raise value
             yield value
         thread.join()
+
+    # --- LlamaIndex surfaces ---------------------------------------------------------------------
+    def as_retriever(self, top_k: int | None = None) -> Any:
+        """The retrieval chain as a LlamaIndex ``BaseRetriever``: one ``NodeWithScore`` per whole article,
+        best first, ranks in metadata (:class:`~ragidx.retrieval.node_retriever.ArticleNodeRetriever`)."""
+        from ragidx.retrieval.node_retriever import ArticleNodeRetriever
+
+        return ArticleNodeRetriever(self.retriever, top_k=top_k)
+
+    def as_query_engine(self, *, streaming: bool = False, session_id: str | None = None) -> Any:
+        """The agent as a LlamaIndex ``BaseQueryEngine`` returning ``Response`` with the cited articles as
+        ``source_nodes`` (:class:`~ragidx.agent.query_engine.RagQueryEngine`)."""
+        from ragidx.agent.query_engine import RagQueryEngine
+
+        return RagQueryEngine(self, streaming=streaming, session_id=session_id)
+
+    def as_chat_engine(self, *, session_id: str | None = None) -> Any:
+        """The agent as a LlamaIndex ``BaseChatEngine``: one conversation, one ragidx session
+        (:class:`~ragidx.agent.chat_engine.RagChatEngine`)."""
+        from ragidx.agent.chat_engine import RagChatEngine
+
+        return RagChatEngine(self, self.memory, session_id=session_id)
 
     def stats(self) -> dict[str, Any]:
         """Counts of articles and chunks, and where they live."""
