@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,8 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
 
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
     # eager attention traces to the plain MatMul/Softmax pattern that ORT's BERT fusion recognizes
-    model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
+    with _no_progress_bars():  # transformers' "Loading weights" bar: a local folder loads in a blink
+        model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
 
     class _Hidden(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
@@ -209,20 +210,54 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantized = work / "int8.onnx"
-        quantize_dynamic(
-            str(current),
-            str(quantized),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=True,  # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
-            extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
-        )
+        with _without_root_warning(_PREPROCESS_ADVICE):
+            quantize_dynamic(
+                str(current),
+                str(quantized),
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                reduce_range=True,  # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
+                extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
+            )
         current = quantized
     _verify_export(current, check_feed, check_ref)
     os.replace(current, out_path)
     for leftover in (raw, work / "fused.onnx", work / "int8.onnx"):
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
+
+
+_PREPROCESS_ADVICE = "Please consider to run pre-processing before quantization"
+"""onnxruntime's advice on every quantization of a graph without its pre-processing metadata. The graph was
+already fused and optimized above; a user of ``ragidx ingest`` can do nothing with it."""
+
+
+@contextlib.contextmanager
+def _without_root_warning(prefix: str) -> Iterator[None]:
+    """Drop records starting with ``prefix`` that a library logs on the root logger (``logging.warning``)."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(prefix)
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _reference_outputs(model: Any, model_dir: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:

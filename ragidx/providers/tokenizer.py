@@ -267,10 +267,16 @@ _GGUF_PROBES = (
 
 @lru_cache(maxsize=4)
 def load_gguf_vocab(gguf_path: str) -> Any:
-    """A GGUF model's vocabulary (llama.cpp ``vocab_only``: no weights), loaded once per process."""
-    from llama_cpp import Llama
+    """A GGUF model's vocabulary (llama.cpp ``vocab_only``: no weights), loaded once per process.
 
-    vocab = Llama(model_path=gguf_path, vocab_only=True, verbose=False)
+    llama.cpp writes "n_ctx_seq (512) > n_ctx_train (0)" straight to stderr while it makes the context of a
+    vocabulary-only model (which has no training context): nothing a user can act on, so it is silenced.
+    """
+    from llama_cpp import Llama
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    with suppress_stdout_stderr(disable=False):
+        vocab = Llama(model_path=gguf_path, vocab_only=True, verbose=False)
     atexit.register(vocab.close)  # while llama_cpp is still loaded (its finalizer fails at shutdown)
     return vocab
 

@@ -245,3 +245,19 @@ def test_onnx_corrupt_real_export_is_replaced(onnx_cache: Path, tmp_path: Path) 
     assert path == model and len(calls) == 1 and path.read_bytes() == good
     enc = OnnxSentenceEncoder(resolve_model_path("minilm"), cache_dir=cache, num_threads=1)
     assert enc.encode(["still works"]).shape == (1, 384)
+
+
+def test_onnxruntimes_quantization_advice_is_not_shown(caplog: pytest.LogCaptureFixture) -> None:
+    """onnxruntime logs it on the root logger at every int8 export; other root warnings still pass."""
+    import logging
+
+    from ragidx.providers.onnx_embedding import _PREPROCESS_ADVICE, _without_root_warning
+
+    with caplog.at_level(logging.WARNING), _without_root_warning(_PREPROCESS_ADVICE):
+        logging.warning("Please consider to run pre-processing before quantization. Refer to example: ...")
+        logging.warning("something else")
+    logging.warning("Please consider to run pre-processing before quantization. (after: shown again)")
+    assert [r.getMessage() for r in caplog.records] == [
+        "something else",
+        "Please consider to run pre-processing before quantization. (after: shown again)",
+    ]

@@ -239,3 +239,21 @@ def test_an_accelerator_that_disagrees_with_tiktoken_is_not_used(
         assert TokenCounter().count("hello world") == 2
     finally:
         load_fast_count.cache_clear()
+
+
+def test_loading_a_vocabulary_prints_nothing_a_user_cannot_act_on() -> None:
+    """llama.cpp's "n_ctx_seq (512) > n_ctx_train (0)" used to reach the terminal of every `ragidx ask`."""
+    import subprocess
+    import sys
+
+    from ragidx.providers.local_llm import assemble_gguf
+
+    code = (
+        "import sys; from ragidx.providers.tokenizer import load_gguf_vocab; "
+        "v = load_gguf_vocab(sys.argv[1]); print(v.n_vocab())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(assemble_gguf("qwen2.5-0.5b"))], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and int(done.stdout.strip()) > 100_000  # loaded, and its output still works
+    assert "n_ctx" not in done.stderr and "llama" not in done.stderr, done.stderr
