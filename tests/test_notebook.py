@@ -27,5 +27,9 @@ def test_notebook_executes_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
     )
     client.execute()  # raises CellExecutionError, with the failing cell and traceback, on any error
-    answer_output = "".join(o.get("text", "") for o in nb.cells[-2].outputs)
+    answer_cell = next(c for c in nb.cells if c.source.startswith("answer = engine.ask("))
+    answer_output = "".join(o.get("text", "") for o in answer_cell.outputs)
     assert "Sources:" in answer_output and "[1]" in answer_output
+    llama_cell = next(c for c in nb.cells if c.source.startswith("from llama_index.core.tools import QueryEngineTool"))
+    llama_output = "".join(o.get("text", "") for o in llama_cell.outputs)
+    assert "sources: [(1, " in llama_output and "turns kept:" in llama_output
