@@ -124,7 +124,12 @@ def peer_asker(query_engine: Any, prompt_tokens: PromptTokens, window: int) -> A
             not_found=says_not_found(text),
             cited=cited,
             shown=[
-                {"kb_id": str(n.node.ref_doc_id), "title": n.node.metadata.get("title"), "score": n.score}
+                {
+                    "kb_id": str(n.node.ref_doc_id),
+                    "title": n.node.metadata.get("title"),
+                    "score": n.score,
+                    "content": n.node.get_content(),
+                }
                 for n in sources
             ],
             seconds=round(seconds, 3),

@@ -115,6 +115,7 @@ def answer_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "answer": r["text"],
             "right": r["contained"],
             "not_found": r["not_found"],
+            "lost_at": r.get("miss") or "",
             "cited": ", ".join(r["cited"]),
             "seconds": r["seconds"],
             "prompt_tokens": r["prompt_tokens"],

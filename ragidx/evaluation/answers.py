@@ -20,7 +20,12 @@ SQuAD-style answer normalization:
 - time: ``p50_s`` / ``p95_s`` per answer and ``ttft_p50_s``, the time to the first answer token (the
   whole answer's time where nothing was streamed, e.g. a "not found" decided without the model);
 - ``prompt_tokens_mean`` (all LLM calls of a question), ``overflows`` (a prompt past the window, or the
-  endpoint's refusal of one).
+  endpoint's refusal of one);
+- where wrong answers were lost: ``gold_shown`` (the gold articles were among those shown),
+  ``answer_in_prompt`` (a gold answer was in the text the model was shown, after compression) and
+  ``misses``, each wrong answer counted once as ``retrieval`` (the answer never reached the prompt and a
+  gold article is missing), ``compression`` (the gold articles were shown but the answer was cut from
+  them), ``model`` (the answer was in the prompt) or ``error``.
 
 The scoring functions and the loop (:func:`run_questions`, :func:`summarize`) are shared with
 ``benchmarks/peer_llamaindex.py``, which asks LlamaIndex's stock query engine the same questions.
@@ -316,9 +321,27 @@ class Outcome:
 
 
 def score_outcome(question: Question, outcome: Outcome, article_texts: Mapping[str, str]) -> dict[str, Any]:
-    """One per-question row: the question, its golds, what the system did, and its scores."""
+    """One per-question row: the question, its golds, what the system did, its scores, and for a wrong
+    answer where it was lost (``miss``: ``retrieval``, ``compression``, ``model`` or ``error``).
+
+    ``outcome.shown`` entries may carry the ``content`` the model was shown; it is checked for a gold
+    answer (``holds_answer`` per article, ``answer_in_prompt`` overall) and left out of the row.
+    """
     not_found = outcome.not_found or says_not_found(outcome.text)
     precision, recall = citation_scores(outcome.cited, question, article_texts)
+    span_answers = [a for a in question.answers if a.lower() not in _YES_NO]
+    shown: list[dict[str, Any]] = []
+    in_prompt: bool | None = None
+    for article in outcome.shown:
+        entry = {k: v for k, v in article.items() if k != "content"}
+        if span_answers and "content" in article:
+            text = f"{article.get('title') or ''}\n{article['content']}"
+            entry["holds_answer"] = contains_answer(text, span_answers)
+            in_prompt = bool(in_prompt) or entry["holds_answer"]
+        shown.append(entry)
+    shown_ids = {a.get("kb_id") for a in shown}
+    gold_shown = [k for k in question.gold_kb_ids if k in shown_ids]
+    contained = contains_answer(outcome.text, question.answers) if question.answerable else None
     row: dict[str, Any] = {
         "id": question.id,
         "kind": question.kind,
@@ -326,16 +349,35 @@ def score_outcome(question: Question, outcome: Outcome, article_texts: Mapping[s
         "answerable": question.answerable,
         "answers": list(question.answers),
         "gold_kb_ids": list(question.gold_kb_ids),
-        **{k: v for k, v in asdict(outcome).items() if k not in ("not_found", "extra")},
+        **{k: v for k, v in asdict(outcome).items() if k not in ("not_found", "extra", "shown")},
+        "shown": shown,
         "not_found": not_found,
-        "contained": contains_answer(outcome.text, question.answers) if question.answerable else None,
+        "contained": contained,
         "f1": round(answer_f1(outcome.text, question.answers), 4) if question.answerable else None,
         "citation_precision": precision,
         "citation_recall": recall,
-        "gold_shown": [k for k in question.gold_kb_ids if k in {a.get("kb_id") for a in outcome.shown}],
+        "gold_shown": gold_shown,
+        "answer_in_prompt": in_prompt if question.answerable else None,
+        "miss": _miss(question, outcome, contained, gold_shown, in_prompt),
         **outcome.extra,
     }
     return row
+
+
+def _miss(
+    question: Question, outcome: Outcome, contained: bool | None, gold_shown: list[str], in_prompt: bool | None
+) -> str | None:
+    """Where a wrong answer to an answerable question was lost, read from what the model was shown."""
+    if not question.answerable or contained:
+        return None
+    if outcome.error:
+        return "error"
+    if in_prompt:
+        return "model"  # the answer was in front of the model
+    all_gold = bool(question.gold_kb_ids) and len(gold_shown) == len(question.gold_kb_ids)
+    if in_prompt is None:  # nothing to look for in the text (yes/no): judge by the gold articles alone
+        return "model" if all_gold or not question.gold_kb_ids else "retrieval"
+    return "compression" if all_gold else "retrieval"
 
 
 def run_questions(
@@ -417,6 +459,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]
         "overflows": sum(bool(r["overflow"]) for r in rows),
         "errors": sum(bool(r["error"]) for r in rows),
         "gold_shown": _mean(len(r["gold_shown"]) / len(r["gold_kb_ids"]) for r in answerable if r["gold_kb_ids"]),
+        "answer_in_prompt": _mean(
+            float(r["answer_in_prompt"]) for r in answerable if r.get("answer_in_prompt") is not None
+        ),
+        "misses": dict(Counter(str(r["miss"]) for r in answerable if r.get("miss"))),
     }
     if kinds:
         summary["by_kind"] = {
@@ -449,6 +495,7 @@ def answer_outcome(answer: Any, *, seconds: float, ttft_s: float | None, window:
             RERANK_SCORE: (a.get("metadata") or {}).get(RERANK_SCORE),
             NORMALIZED_RANK: (a.get("metadata") or {}).get(NORMALIZED_RANK),
             ARTICLE_RANK: (a.get("metadata") or {}).get(ARTICLE_RANK),
+            "content": a.get("content") or "",  # as the model was shown it; checked, then left out of the row
         }
         for a in answer.articles
     ]

@@ -144,6 +144,38 @@ def test_score_and_summarize_a_hand_made_run() -> None:
     assert s["by_kind"]["unanswerable"]["containment"] is None
 
 
+@pytest.mark.parametrize(
+    ("text", "shown", "miss", "in_prompt"),
+    [
+        ("It is 4MB [1].", [{"kb_id": "gold", "content": "work_mem defaults to 4MB."}], None, True),
+        ("It is 20.4 [1].", [{"kb_id": "gold", "content": "work_mem defaults to 4MB."}], "model", True),
+        ("NOT_FOUND", [{"kb_id": "gold", "content": "work_mem sizes sorts. (cut)"}], "compression", False),
+        ("NOT_FOUND", [{"kb_id": "other", "content": "Unrelated."}], "retrieval", False),
+        ("It is 8MB [1].", [{"kb_id": "other", "content": "On this box work_mem is 4MB."}], "model", True),
+    ],
+)
+def test_a_wrong_answer_says_where_it_was_lost(
+    text: str, shown: list[dict[str, Any]], miss: str | None, in_prompt: bool
+) -> None:
+    q = Question("q", "Default work_mem?", ("4MB",), ("gold",))
+    row = score_outcome(q, Outcome(text, shown=shown), {})
+    assert (row["miss"], row["answer_in_prompt"]) == (miss, in_prompt)
+    assert all("content" not in a for a in row["shown"])  # checked, not stored
+    assert [a["holds_answer"] for a in row["shown"]] == [in_prompt]
+
+
+def test_where_yes_no_and_failed_answers_were_lost() -> None:
+    yes_no = Question("q", "Both American?", ("yes",), ("a", "b"))
+    half = score_outcome(yes_no, Outcome("no", shown=[{"kb_id": "a", "content": "x"}]), {})
+    both = score_outcome(yes_no, Outcome("no", shown=[{"kb_id": "a", "content": "x"}, {"kb_id": "b"}]), {})
+    assert (half["miss"], half["answer_in_prompt"]) == ("retrieval", None)
+    assert both["miss"] == "model" and "holds_answer" not in both["shown"][0]
+    failed = score_outcome(Question("e", "?", ("1",)), Outcome(error="boom"), {})
+    assert failed["miss"] == "error"
+    s = summarize([half, both, failed])
+    assert s["misses"] == {"retrieval": 1, "model": 1, "error": 1} and s["answer_in_prompt"] is None
+
+
 def test_spread_is_deterministic_and_covers_the_file() -> None:
     items = list(range(100))
     assert spread(items, 4) == [0, 25, 50, 75]
@@ -336,6 +368,8 @@ def test_evaluate_answers_through_the_engine(tmp_path: Path, files: tuple[Path, 
     port = written[0]
     assert port["text"].startswith("The server listens on TCP port 5432") and port["cited"] == ["pg-port"]
     assert port["shown"][0]["kb_id"] == "pg-port" and port["shown"][0]["article_rank"] == 0
+    assert port["shown"][0]["holds_answer"] and port["answer_in_prompt"] and port["miss"] is None
+    assert summary["answer_in_prompt"] == 1.0 and summary["misses"] == {}
     assert port["ttft_s"] is not None and port["ttft_s"] <= port["seconds"]
     assert port["llm_calls"] == 2 and port["queries"][0] == "Which TCP port does the server listen on?"
     assert written[2]["not_found"] and written[2]["cited"] == [] and written[2]["contained"] is None
