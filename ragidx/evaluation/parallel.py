@@ -19,10 +19,10 @@ Run::
 
     python -m ragidx.evaluation.parallel --en ../shared/data/kb/libreoffice_en.jsonl \
         --ru ../shared/data/kb/libreoffice_ru.jsonl \
-        --questions ragidx/evaluation/data/parallel_libreoffice.jsonl --out ../shared/data/parallel_libreoffice
-    ragidx eval retrieval --beir ../shared/data/parallel_libreoffice/en
-    ragidx eval retrieval --beir ../shared/data/parallel_libreoffice/ru
-    ragidx eval retrieval --beir ../shared/data/parallel_libreoffice/mixed
+        --questions ragidx/evaluation/data/parallel_libreoffice.jsonl --out /tmp/parallel_libreoffice
+    ragidx eval retrieval --beir /tmp/parallel_libreoffice/en
+    ragidx eval retrieval --beir /tmp/parallel_libreoffice/ru
+    ragidx eval retrieval --beir /tmp/parallel_libreoffice/mixed
 
 Example:
     >>> kb_path({"id": "libreoffice-7.4-help-ru:text/smath/guide/newline.html"})
