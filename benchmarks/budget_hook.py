@@ -5,9 +5,8 @@ sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeat
 ~600-token system prompt, the tool schema and a short conversation; the tool results are written as
 ``retrieve_context`` writes them. Each window size is timed ``--repeats`` times (the windows take
 turns, so that the machine's slow spells fall on all alike) cold (a fresh budget: nothing counted,
-split or escaped yet, as when new tool results arrive) and warm (the same budget again after
-``--warmup`` runs: the next LLM call of the turn re-sends the same messages, whose token counts are
-cached).
+split yet, as when new tool results arrive) and warm (the same budget again after ``--warmup`` runs:
+the next LLM call of the turn re-sends the same messages; the compressor remembers the articles' sentences).
 
 ``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
 tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
@@ -42,7 +41,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.budget import ContextBudget, PromptAccountant
-from ragidx.budget.messages import SEGMENTS, dump_payload
+from ragidx.budget.messages import dump_payload
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -192,7 +191,7 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
             "max_output_tokens": 512,
         }
 
-    # cold: a fresh budget (empty token-count cache), as when new tool results arrive;
+    # cold: a fresh budget, as when new tool results arrive;
     # warm: the same budget again, as on the next LLM call of the turn with the same messages.
     # The windows take turns within each repeat, so that a shared machine's slow spells (its speed
     # drifts over minutes) fall on all of them alike.
@@ -200,7 +199,6 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
     for _ in range(args.repeats):
         for window in WINDOWS:
             fresh = ContextBudget(new_counter(), fallback_context_window=131072)
-            SEGMENTS.clear()  # the process-wide memo of articles' JSON strings too
             _, wall_ms, cpu_ms = timed(fresh.apply, messages, **call_kwargs(window))
             cold[window].append((wall_ms, cpu_ms))
     budgets = {w: ContextBudget(new_counter(), fallback_context_window=131072) for w in WINDOWS}

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
+
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem, read_source
 from ragidx.article import Article
@@ -220,7 +222,7 @@ class Engine:
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         """
-        return _run_sync(self.aask(question, session_id=session_id))
+        return asyncio_run(self.aask(question, session_id=session_id))
 
     async def aask(self, question: str, session_id: str | None = None) -> Any:
         return await self.agent().run(question=question, session_id=session_id)
@@ -318,25 +320,3 @@ def _count_items(path: Path) -> int | None:
         elif f.suffix.lower() in (".md", ".markdown", ".html", ".htm"):
             total += 1
     return total or None
-
-
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also where an event loop already runs (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]

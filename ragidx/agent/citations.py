@@ -16,19 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
+from ragidx.terms import terms
 
 _ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
-_WORD = re.compile(r"\w{4,}", re.UNICODE)
-_STOP = frozenset(
-    "this that with from have will your which their there about would into what when where these those "
-    "then than them they been were also only some such more most other very just like does each "
-    "should could explain tell describe".split()
-)
+_ASKING = frozenset({"explain", "tell", "describe", "like", "would", "could", "also"})
+"""Words of a request, not of its topic (beside the stop words of ``ragidx.terms``)."""
 
 
 def _words(text: str) -> set[str]:
-    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP}
+    return set(terms(text, extra_stop_words=_ASKING))
 
 
 def restore_entities(text: str, sources: Sequence[dict[str, Any]]) -> str:

@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
@@ -52,8 +51,17 @@ from ragidx.budget import ContextBudget
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.dedup import dedupe_articles
 from ragidx.budget.hook import REFERENCE_KEY, BudgetResult
-from ragidx.budget.messages import has_tool_calls, message_text, parse_tool_payload
+from ragidx.budget.messages import message_text, parse_tool_payload
 from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
+from ragidx.providers.chat import (
+    ChatCaller,
+    ContextOverflowError,
+    LLMRequestError,
+    LLMUnavailableError,
+    model_name,
+    usage,
+)
+from ragidx.providers.chat import to_inline as inline
 
 logger = logging.getLogger(__name__)
 
@@ -88,46 +96,6 @@ def split_not_found(text: str) -> tuple[bool, str]:
         return True, ""
     cleaned = _NOT_FOUND_TOKEN.sub("", stripped).strip()
     return not cleaned, cleaned
-
-
-class LLMUnavailableError(RuntimeError):
-    """The LLM endpoint failed after its retries (down, timing out, rate-limited)."""
-
-
-class LLMRequestError(RuntimeError):
-    """The LLM endpoint refused the request (bad key, bad model name, bad request): retrying won't help."""
-
-
-class ContextOverflowError(LLMRequestError):
-    """The endpoint counted more prompt tokens than the window holds (its tokenizer or template differs).
-
-    ``prompt_tokens`` is the endpoint's own count of the prompt, when its message gave one.
-    """
-
-    def __init__(self, message: str, prompt_tokens: int | None) -> None:
-        super().__init__(message)
-        self.prompt_tokens = prompt_tokens
-
-
-_OVERFLOW = (
-    # llama-cpp-python: "Requested tokens (4116) exceed context window of 4096" (prompt + max_tokens)
-    re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)"),
-    # OpenAI-style: "maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens"
-    re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S),
-)
-
-
-def _overflow_prompt_tokens(exc: Exception, max_output_tokens: int) -> tuple[bool, int | None]:
-    """(is a context-length refusal, the endpoint's prompt token count if the message says it)."""
-    text = str(exc)
-    m = _OVERFLOW[0].search(text)
-    if m:
-        return True, max(1, int(m.group(1)) - max_output_tokens)
-    m = _OVERFLOW[1].search(text)
-    if m:
-        return True, int(m.group(2))
-    lowered = text.lower()
-    return ("context length" in lowered or "context window" in lowered), None
 
 
 class PlanSearches(BaseModel):
@@ -303,7 +271,7 @@ class RagAgent(Workflow):
         turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
         turn.raw_messages = list(turn.messages)
-        turn.shrink = self._learned_shrink.get(_model_name(self.llm), 0)
+        turn.shrink = self._learned_shrink.get(model_name(self.llm), 0)
         if self.tool_mode == "forced":
             return ToolCallsEvent(turn=turn, calls=await self._planned_searches(ctx, turn))
         return DecideEvent(turn=turn)
@@ -456,7 +424,7 @@ class RagAgent(Workflow):
                 ratio = max(ratio, 1.02) * 1.02
                 room = turn.window - turn.shrink - turn.max_out
                 turn.shrink = turn.window - turn.max_out - int(room / ratio)
-                self._learned_shrink[_model_name(turn.llm)] = turn.shrink
+                self._learned_shrink[model_name(turn.llm)] = turn.shrink
                 logger.warning(
                     "the endpoint counts %.2fx our prompt tokens; budgeting a %d-token smaller window",
                     ratio, turn.shrink,
@@ -516,7 +484,7 @@ class RagAgent(Workflow):
         turn.llm = self.fallback_llm
         turn.window = self.fallback_context_window or turn.window
         turn.max_out = self.fallback_max_output_tokens
-        turn.shrink = self._learned_shrink.get(_model_name(self.fallback_llm), 0)
+        turn.shrink = self._learned_shrink.get(model_name(self.fallback_llm), 0)
         return True
 
     def _wire(self, messages: Sequence[ChatMessage], instruction: str | None) -> list[ChatMessage]:
@@ -540,74 +508,37 @@ class RagAgent(Workflow):
         tools: Sequence[Any],
         tool_choice: Any,
     ) -> Any:
-        llm = turn.llm
         wire = self._wire(messages, instruction)
         turn.prompt_tokens.append(self.accountant.count_prompt(wire, tools=tools))
         turn.raw_prompt_tokens.append(
             self.accountant.count_prompt(self._wire(turn.raw_messages, instruction), tools=tools)
         )
 
-        async def call() -> Any:
-            return await llm.achat_with_tools(list(tools), chat_history=wire, tool_choice=tool_choice)
-
         t0 = time.perf_counter()
         try:
-            response = await self._with_retries(llm, call, turn.max_out)
+            response = await self._caller(turn).achat(wire, tools=tools, tool_choice=tool_choice)
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
-        turn.completion_tokens += _completion_tokens(response)
+        turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
 
     async def _stream_answer(self, ctx: Context, turn: _Turn, messages: Sequence[ChatMessage], instruction: str) -> str:
-        llm = turn.llm
         wire = self._wire(messages, instruction)
         turn.prompt_tokens.append(self.accountant.count_prompt(wire))
         turn.raw_prompt_tokens.append(self.accountant.count_prompt(self._wire(turn.raw_messages, instruction)))
 
-        async def call() -> str:
-            parts: list[str] = []
-            gen = await llm.astream_chat(wire)
-            async for chunk in gen:
-                if chunk.delta:
-                    parts.append(chunk.delta)
-                    ctx.write_event_to_stream(AnswerDeltaEvent(delta=chunk.delta))
-            return "".join(parts)
-
         t0 = time.perf_counter()
         try:
-            text = await self._with_retries(llm, call, turn.max_out)
+            text = await self._caller(turn).astream(
+                wire, lambda delta: ctx.write_event_to_stream(AnswerDeltaEvent(delta=delta))
+            )
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += self.accountant.count_text(text)
         return text
 
-    async def _with_retries(self, llm: Any, call: Callable[[], Awaitable[T]], max_out: int = 0) -> T:
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            try:
-                return await call()
-            except Exception as exc:
-                kind = _error_kind(exc)
-                overflow, server_count = _overflow_prompt_tokens(exc, max_out) if kind == "fatal" else (False, None)
-                if overflow:
-                    raise ContextOverflowError(f"{_endpoint(llm)}: {exc}", server_count) from exc
-                if kind == "fatal":
-                    raise LLMRequestError(
-                        f"the model endpoint {_endpoint(llm)} refused the request ({type(exc).__name__}: {exc}). "
-                        "Check the model name, the API key and the endpoint settings."
-                    ) from exc
-                if kind == "bug":
-                    raise
-                last = exc
-                if attempt < self.retries:
-                    delay = self.backoff_s * 2**attempt
-                    logger.warning("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt + 1, delay)
-                    await asyncio.sleep(delay)
-        raise LLMUnavailableError(
-            f"the model endpoint {_endpoint(llm)} failed {self.retries + 1} times "
-            f"(last: {type(last).__name__}: {last}). Is it running and reachable? For the local model, see the "
-            "server log in the model cache folder."
-        ) from last
+    def _caller(self, turn: _Turn) -> ChatCaller:
+        return ChatCaller(turn.llm, retries=self.retries, backoff_s=self.backoff_s, max_output_tokens=turn.max_out)
 
     def _finish(self, turn: _Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool) -> Answer:
         citations: list[Citation]
@@ -633,7 +564,7 @@ class RagAgent(Workflow):
             queries=list(turn.queries),
             tool_errors=list(turn.tool_errors),
             budget_reports=list(turn.reports),
-            model=_model_name(turn.llm),
+            model=model_name(turn.llm),
             fallback_reason=turn.fallback_reason,
             session_id=turn.session_id,
             timings={k: round(v, 4) for k, v in turn.timings.items()},
@@ -657,20 +588,12 @@ def to_inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     source list (the deduplicated ranking), which small models follow far better than JSON.
     """
     numbers = {str(a.get("kb_id")): i for i, a in enumerate(_articles_shown(messages), start=1)}
-    out: list[ChatMessage] = []
-    for m in messages:
-        if has_tool_calls(m):
-            calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
-            described = "; ".join(f"{c.tool_name}({json.dumps(c.tool_kwargs, ensure_ascii=False)})" for c in calls)
-            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
-        elif m.role == MessageRole.TOOL:
-            name = m.additional_kwargs.get("name", "tool")
-            payload = parse_tool_payload(m)
-            body = _articles_as_text(payload, numbers) if payload is not None else message_text(m)
-            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{body}"))
-        else:
-            out.append(m)
-    return out
+
+    def render(m: ChatMessage) -> str:
+        payload = parse_tool_payload(m)
+        return _articles_as_text(payload, numbers) if payload is not None else message_text(m)
+
+    return inline(messages, render)
 
 
 def _articles_as_text(payload: dict[str, Any], numbers: dict[str, int]) -> str:
@@ -712,41 +635,3 @@ def _json_or_none(text: str) -> dict[str, Any] | None:
     except (TypeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _completion_tokens(response: Any) -> int:
-    raw = getattr(response, "raw", None)
-    usage = getattr(raw, "usage", None) or (raw.get("usage") if isinstance(raw, dict) else None)
-    if usage is None:
-        return 0
-    value = getattr(usage, "completion_tokens", None)
-    if value is None and isinstance(usage, dict):
-        value = usage.get("completion_tokens")
-    return int(value or 0)
-
-
-def _model_name(llm: Any) -> str:
-    return str(getattr(llm, "model", None) or llm.metadata.model_name)
-
-
-def _endpoint(llm: Any) -> str:
-    base = getattr(llm, "api_base", None)
-    return f"{_model_name(llm)!r} at {base}" if base else repr(_model_name(llm))
-
-
-def _error_kind(exc: Exception) -> Literal["retry", "fatal", "bug"]:
-    """``retry`` for endpoint trouble (down, timeout, 429, 5xx), ``fatal`` for refusals, ``bug`` otherwise."""
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - openai comes with llama-index-llms-openai
-        openai = None  # type: ignore[assignment]
-    if openai is not None:
-        if isinstance(
-            exc, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
-        ):
-            return "retry"
-        if isinstance(exc, openai.APIStatusError):
-            return "retry" if exc.status_code >= 500 or exc.status_code == 429 else "fatal"
-    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
-        return "retry"
-    return "bug"

@@ -27,7 +27,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ThinkingBlock, ToolCallBlock
 
-from ragidx.budget.messages import content_segment, content_segments, parse_payload_text
+from ragidx.budget.messages import content_segment
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = [
@@ -46,7 +46,6 @@ REPLY_PRIMING_TOKENS = 3
 """Tokens every prompt spends priming the assistant's reply."""
 NON_TEXT_BLOCK_TOKENS = 256
 """Flat estimate for an image, audio or document block (their payloads are not text)."""
-_SEGMENTED_MIN_CHARS = 2048
 """Shorter tool results are counted whole."""
 
 
@@ -222,23 +221,8 @@ class PromptAccountant:
         return self.tokens.count(content_segment(content))
 
     def _count_tool_text(self, text: str, contents: Sequence[str] | None = None) -> int:
-        """A tool result's text: exact, its articles' contents counted alone where the counter allows."""
-        tokens = self.tokens
-        if len(text) < _SEGMENTED_MIN_CHARS or not tokens.word_additive:
-            return tokens.count(text)
-        known = tokens.cached(text)
-        if known is not None:
-            return known
-        if contents is None:
-            payload = parse_payload_text(text)
-            contents = [a["content"] for a in payload["articles"] if "content" in a] if payload is not None else []
-        split = content_segments(text, contents) if contents else None
-        if split is None:
-            return tokens.count(text)
-        segments, rest = split
-        n = tokens.count(rest) + sum(map(tokens.count, segments))
-        tokens.remember(text, n)
-        return n
+        """A tool result's text, counted whole (``contents`` is accepted for the callers, not needed)."""
+        return self.tokens.count(text)
 
     def count_messages(self, messages: Sequence[ChatMessage]) -> int:
         return sum(self.count_message(m) for m in messages)

@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragidx.article import Article
-from ragidx.budget.sentences import Unit, split_units, stem, terms
+from ragidx.budget.sentences import Unit, split_units
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.terms import stem, terms
 
 __all__ = ["ExtractiveCompressor"]
 

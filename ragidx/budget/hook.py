@@ -52,7 +52,6 @@ from ragidx.budget.allocation import (
 )
 from ragidx.budget.cap import RetrievalCap
 from ragidx.budget.compressor import ArticleCompressor, acompress_many, compress_many
-from ragidx.budget.counting import CachedTokenCounter
 from ragidx.budget.dedup import article_key, dedupe_keyed
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.memory import ConversationMemory, MemoryResult
@@ -175,8 +174,8 @@ class ContextBudget:
         messages = result.messages or messages
 
     Args:
-        token_counter: Counts tokens (tiktoken); wrapped in a ``CachedTokenCounter`` (counts of texts seen
-            on earlier calls are reused) and shared by the accountant and the default compressor.
+        token_counter: Counts tokens (default tiktoken ``cl100k_base``); shared by the accountant and the
+            default compressor.
         compressor: Any ``ArticleCompressor``; default ``ExtractiveCompressor``.
         summarizer_llm: LLM for summarizing old turns; without it memory is extractive.
         memory: A ready ``ConversationMemory`` (overrides ``summarizer_llm``).
@@ -214,7 +213,7 @@ class ContextBudget:
             raise ValueError(f"need 0 < target_pct <= trigger_pct <= 1, got target {target_pct}, trigger {trigger_pct}")
         if not 0 <= safety_margin_pct < 0.5:
             raise ValueError(f"safety_margin_pct must be in [0, 0.5), got {safety_margin_pct}")
-        self.tokens = CachedTokenCounter.wrap(token_counter)
+        self.tokens = token_counter or TokenCounter()
         self.accountant = PromptAccountant(self.tokens)
         self.content_tokens = ContentCounter(self.tokens)
         # The default compressor fits contents in tokens as sent; another gets targets less its escapes.

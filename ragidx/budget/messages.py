@@ -17,17 +17,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
-from ragidx.budget.lru import TextLRU
-
 __all__ = [
-    "SEGMENTS",
-    "SegmentMemo",
     "content_segment",
     "content_segments",
     "current_turn_start",
@@ -90,52 +85,11 @@ def content_segment(content: str) -> str:
     """How an article's content appears in a tool result written by :func:`dump_payload`: a space, the
     JSON string, a comma (the space after the comma starts the next segment).
 
-    The budget needs an article's segment several times per call (to count, cut and write it): the
-    last ones made are remembered (:data:`SEGMENTS`, bounded in entries and characters).
-
     Example:
         >>> content_segment('Say "hi"')
         ' "Say \\\\"hi\\\\"",'
     """
-    if len(content) < _MEMO_MIN_CHARS:
-        return _make_segment(content)
-    return SEGMENTS.get(content)
-
-
-_MEMO_MIN_CHARS = 64
-
-
-def _make_segment(content: str) -> str:
     return " " + json.dumps(content, ensure_ascii=False) + ","
-
-
-class SegmentMemo:
-    """The last ``max_entries`` contents' segments, at most ``max_chars`` characters of contents in all
-    (an LRU; thread-safe). ``clear()`` forgets them."""
-
-    def __init__(self, max_entries: int = 512, max_chars: int = 4_000_000) -> None:
-        self._memo = TextLRU[str](max_entries, max_chars)
-        self._lock = threading.Lock()
-
-    def get(self, content: str) -> str:
-        with self._lock:
-            segment = self._memo.get(content)
-        if segment is None:
-            segment = _make_segment(content)
-            with self._lock:
-                self._memo.put(content, segment)
-        return segment
-
-    def clear(self) -> None:
-        with self._lock:
-            self._memo.clear()
-
-    def __len__(self) -> int:
-        return len(self._memo)
-
-
-SEGMENTS = SegmentMemo()
-"""The process's memo of :func:`content_segment`."""
 
 
 def dump_payload(payload: dict[str, Any], *, default: Callable[[Any], Any] | None = None) -> str:

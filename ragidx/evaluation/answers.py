@@ -543,7 +543,7 @@ def engine_asker(engine: Any) -> Callable[[Question], Outcome]:
     A prompt the endpoint refuses as too long is an overflow; a failed tool or model call is recorded on
     the row; an endpoint that is down ends the run (every later question would fail the same way).
     """
-    from ragidx.agent.workflow import ContextOverflowError, LLMUnavailableError
+    from ragidx.providers.chat import ContextOverflowError, LLMUnavailableError
 
     llm = engine.settings.llm
 
@@ -741,8 +741,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ragidx eval answers``: ingest (or reuse) the KB, ask every question, print the summary line."""
-    from ragidx.agent.workflow import LLMUnavailableError
     from ragidx.engine import Engine
+    from ragidx.providers.chat import LLMUnavailableError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)

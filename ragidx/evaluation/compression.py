@@ -34,8 +34,8 @@ from ragidx.article import Article
 from ragidx.budget.allocation import allocate_article_budgets
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.llm_summary import LLMSummaryCompressor
-from ragidx.budget.sentences import terms
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.terms import terms
 
 __all__ = ["METHODS", "bm25_rank", "linked_bm25_rank", "evaluate_compression", "load_qa", "main"]
 

@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -136,41 +135,12 @@ def load_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-@lru_cache(maxsize=4)
-def load_fast_count(name: str) -> Callable[[str], int] | None:
-    """A faster exact ``count`` for a bundled encoding, or ``None``: the ``bpe-openai`` extra (GitHub's
-    Rust ``bpe`` crate, about 2.6x faster than tiktoken) when it is installed and gives tiktoken's counts
-    on probe texts; checked once per process. Texts it cannot take (lone surrogates) go to tiktoken."""
-    if name not in BUNDLED_ENCODINGS:
-        return None  # ``load_encoding`` says why (no accelerator warning before that error)
-    try:
-        from bpe_openai import _bindings
-    except ImportError:
-        return None
-    try:
-        fast: Callable[[str], int] = _bindings.tokenizer_for_encoding(name).count
-        reference = load_encoding(name)
-        probes = (_PROBE, *_GGUF_PROBES, "<|endoftext|> <|fim_prefix|>x", "")
-        if all(fast(p) == len(reference.encode_ordinary(p)) for p in probes):
-            return fast
-        logger.warning("bpe-openai counts %s differently from tiktoken on a probe; counting with tiktoken", name)
-    except Exception as exc:  # a broken or changed accelerator must never break counting
-        logger.warning("bpe-openai unusable for %s (%s); counting with tiktoken", name, exc)
-    return None
-
-
 class TokenCounter:
-    """Counts and cuts text in tokens of one encoding. Cheap to build; loads on first use.
+    """Counts and cuts text in tokens of one encoding (tiktoken). Cheap to build; loads on first use."""
 
-    ``count`` uses the optional ``bpe-openai`` accelerator where :func:`load_fast_count` accepts it
-    (``fast=False`` turns it off); ``encode``, ``decode`` and ``truncate`` always use tiktoken."""
-
-    def __init__(self, encoding: str = "cl100k_base", *, fast: bool = True) -> None:
+    def __init__(self, encoding: str = "cl100k_base") -> None:
         self.encoding_name = encoding
-        self.fast = fast
         self._enc: tiktoken.Encoding | None = None
-        self._fast_count: Callable[[str], int] | None = None
-        self._fast_checked = False
         self._additive: bool | None = None
 
     @property
@@ -206,23 +176,7 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        if not self._fast_checked:
-            self._fast_checked = True
-            own = self._tiktoken_encode
-            self._fast_count = load_fast_count(self.encoding_name) if self.fast and own else None
-        if self._fast_count is not None:
-            try:
-                return self._fast_count(text)
-            except (UnicodeError, ValueError):
-                pass  # lone surrogates: tiktoken replaces them
         return len(self.encode(text))
-
-    def cached(self, text: str) -> int | None:
-        """A remembered count of ``text``; ``None`` here (a plain counter remembers nothing)."""
-        return None
-
-    def remember(self, text: str, count: int) -> None:
-        """Remember ``count`` as the count of ``text`` (worked out some other way); a no-op here."""
 
     def count_edited(self, old: str, old_count: int, new: str) -> int:
         """``count(new)``, given ``old_count == count(old)`` for a text that differs from ``new`` in one

@@ -34,54 +34,19 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from ragidx.retrieval.chunk_reranker import ChunkReranker
+from ragidx.terms import terms
 
-__all__ = ["FEATURES", "CandidateFeatures", "OfflineChunkReranker", "candidate_features", "terms"]
+__all__ = ["FEATURES", "CandidateFeatures", "OfflineChunkReranker", "candidate_features"]
 
 FEATURES = ("retrieval", "lexical", "title", "phrase")
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-_CYRILLIC = re.compile(r"[\u0400-\u04ff]")
-
-
-@lru_cache(maxsize=1)
-def _stopwords() -> frozenset[str]:
-    from bm25s.stopwords import STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
-
-    return frozenset(STOPWORDS_EN_PLUS) | frozenset(STOPWORDS_RUSSIAN)
-
-
-@lru_cache(maxsize=2)
-def _stemmer(language: str) -> object:
-    from nltk.stem.snowball import SnowballStemmer
-
-    return SnowballStemmer(language)
-
-
-@lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    stemmer = _stemmer("russian" if _CYRILLIC.search(word) else "english")
-    return str(stemmer.stem(word))  # type: ignore[attr-defined]
-
-
-def terms(text: str) -> list[str]:
-    """Search terms of ``text`` in order: lower-cased words minus stop words, stemmed.
-
-    Example:
-        >>> terms("Running the proteins")
-        ['run', 'protein']
-    """
-    stop = _stopwords()
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in stop and not (len(w) == 1 and w.isalpha())]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ import json
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.budget.messages import (
-    SegmentMemo,
     content_segment,
     current_turn_start,
     group_spans,
@@ -50,15 +49,7 @@ def test_replace_text_copies_kwargs() -> None:
     assert original.additional_kwargs["name"] == "retrieve_context"
 
 
-def test_segment_memo_is_bounded_and_returns_what_json_writes() -> None:
-    memo = SegmentMemo(max_entries=3, max_chars=300)
-    texts = [f'Line "{i}"\nnext ' * 10 for i in range(5)]  # 140 characters each
-    for t in texts:
-        assert memo.get(t) == " " + json.dumps(t, ensure_ascii=False) + ","
-    assert len(memo) == 2  # three would pass 300 characters
-    assert memo.get(texts[-1]) is memo.get(texts[-1])  # remembered
-    huge = "x" * 400
-    assert memo.get(huge) == f' "{huge}",' and len(memo) == 2  # larger than the memo: not kept
-    memo.clear()
-    assert len(memo) == 0
+def test_content_segment_is_what_json_writes() -> None:
+    text = 'Line "1"\nnext'
+    assert content_segment(text) == " " + json.dumps(text, ensure_ascii=False) + ","
     assert content_segment('Say "hi"') == ' "Say \\"hi\\"",'

@@ -2,14 +2,12 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from ragidx.providers import tokenizer
-from ragidx.providers.tokenizer import TokenCounter, load_encoding, load_fast_count, space_segments
+from ragidx.providers.tokenizer import TokenCounter, load_encoding, space_segments
 
 
 def test_counts_offline_with_the_bundled_encodings() -> None:
@@ -33,7 +31,6 @@ def test_unbundled_encoding_is_a_clear_error() -> None:
 
 @pytest.mark.slow
 def test_gguf_counter_uses_the_local_models_own_vocabulary() -> None:
-    from ragidx.budget.counting import CachedTokenCounter
     from ragidx.providers.local_llm import assemble_gguf
     from ragidx.providers.tokenizer import GGUFTokenCounter
 
@@ -44,7 +41,6 @@ def test_gguf_counter_uses_the_local_models_own_vocabulary() -> None:
     assert qwen.count(text) != TokenCounter().count(text)  # a different vocabulary really is used
     cut = qwen.truncate(text, 7)
     assert qwen.count(cut) <= 7 and text.startswith(cut)
-    assert CachedTokenCounter.wrap(qwen).count(text * 3) == qwen.count(text * 3)  # the budget's cache delegates
 
 
 # Texts that stress the pre-tokenizers' whitespace rules: runs of spaces, spaces after line breaks and
@@ -194,51 +190,6 @@ def test_gguf_vocabulary_is_cached_for_the_next_process(monkeypatch: pytest.Monk
         assert blocked.read_text() == "x"
     finally:
         tokenizer.gguf_encoding.cache_clear()
-
-
-def test_fast_count_equals_tiktoken_on_real_articles() -> None:
-    """The bpe-openai accelerator (installed by ``make``) counts exactly what tiktoken counts."""
-    pytest.importorskip("bpe_openai", reason="the fast-tokens extra is not installed")
-    sample = Path(__file__).resolve().parents[2] / "ragidx" / "data" / "kb"
-    lines = [line for f in sorted(sample.glob("*.jsonl")) for line in f.read_text(encoding="utf-8").splitlines()]
-    texts = [json.loads(line)["text"] for line in lines[:150] + lines[-150:]]  # English and Russian
-    texts += [json.dumps(t, ensure_ascii=False) for t in texts] + ["a\ud800b", "<|endoftext|>"]
-    for name in ("cl100k_base", "o200k_base"):
-        assert load_fast_count(name) is not None
-        fast, plain = TokenCounter(name), TokenCounter(name, fast=False)
-        assert [fast.count(t) for t in texts] == [len(load_encoding(name).encode_ordinary(t)) for t in texts]
-        assert [plain.count(t) for t in texts] == [fast.count(t) for t in texts]
-        assert plain._fast_count is None and fast._fast_count is not None
-
-
-def test_without_the_accelerator_counting_falls_back_to_tiktoken(monkeypatch: pytest.MonkeyPatch) -> None:
-    load_fast_count.cache_clear()
-    monkeypatch.setitem(sys.modules, "bpe_openai", None)  # as if not installed
-    try:
-        assert load_fast_count("cl100k_base") is None
-        assert TokenCounter().count("hello world") == 2
-    finally:
-        load_fast_count.cache_clear()
-
-
-def test_an_accelerator_that_disagrees_with_tiktoken_is_not_used(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    class Wrong:
-        def count(self, text: str) -> int:
-            return len(text)
-
-    bindings = types.SimpleNamespace(tokenizer_for_encoding=lambda name: Wrong())
-    monkeypatch.setitem(sys.modules, "bpe_openai", types.SimpleNamespace(_bindings=bindings))
-    monkeypatch.setitem(sys.modules, "bpe_openai._bindings", bindings)
-    load_fast_count.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger=tokenizer.__name__):
-            assert load_fast_count("cl100k_base") is None
-        assert "differently from tiktoken" in caplog.text
-        assert TokenCounter().count("hello world") == 2
-    finally:
-        load_fast_count.cache_clear()
 
 
 def test_loading_a_vocabulary_prints_nothing_a_user_cannot_act_on() -> None:

@@ -4,7 +4,8 @@ import pytest
 
 from ragidx.article import RERANK_SCORE
 from ragidx.retrieval.chunk_reranker import RETRIEVAL_SCORE
-from ragidx.retrieval.offline_reranker import OfflineChunkReranker, candidate_features, terms
+from ragidx.retrieval.offline_reranker import OfflineChunkReranker, candidate_features
+from ragidx.terms import terms
 from tests.retrieval.helpers import chunk, snapshot
 
 

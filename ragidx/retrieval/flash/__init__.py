@@ -11,7 +11,8 @@ from ragidx.retrieval.flash.metrics import FlashMetrics
 from ragidx.retrieval.flash.parsing import JsonRepair, ParsedAnswer, ParsedTopic, heal_json, parse_answer
 from ragidx.retrieval.flash.prompts import FlashCandidate
 from ragidx.retrieval.flash.replay import ReplayLLM, areplay, replay
-from ragidx.retrieval.flash.reranker import FLASH_METADATA_KEYS, FlashReranker, FlashResult, FlashSelection
+from ragidx.retrieval.flash.reranker import FLASH_METADATA_KEYS, FlashReranker
+from ragidx.retrieval.flash.result import FlashResult, FlashSelection
 from ragidx.retrieval.flash.trace import FlashDecision, FlashTrace, SelectionSource
 
 __all__ = [

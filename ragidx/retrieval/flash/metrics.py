@@ -13,12 +13,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-if TYPE_CHECKING:
-    from ragidx.retrieval.flash.reranker import FlashResult
+from ragidx.retrieval.flash.result import FlashResult
 
 __all__ = ["FlashMetrics"]
 

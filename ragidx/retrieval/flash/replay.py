@@ -20,22 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
-from llama_index.core.base.llms.types import (
-    ChatMessage,
-    ChatResponse,
-    ChatResponseAsyncGen,
-    ChatResponseGen,
-    CompletionResponse,
-    CompletionResponseAsyncGen,
-    CompletionResponseGen,
-    LLMMetadata,
-    MessageRole,
-    ToolCallBlock,
-)
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms.function_calling import FunctionCallingLLM
-from llama_index.core.llms.llm import ToolSelection
 
+from ragidx.providers.playback import PlaybackLLM
 from ragidx.retrieval.flash.reranker import FlashReranker, FlashResult
 from ragidx.retrieval.flash.trace import FlashTrace, TraceResponse
 
@@ -54,7 +43,7 @@ class ReplayedAPIError(RuntimeError):
     """A recorded API error, raised again."""
 
 
-class ReplayLLM(FunctionCallingLLM):
+class ReplayLLM(PlaybackLLM):
     """A function-calling LLM that plays back recorded responses in order.
 
     Example:
@@ -87,11 +76,7 @@ class ReplayLLM(FunctionCallingLLM):
         """The messages of every call made, in order (to diff prompts against the trace)."""
         return self._sent
 
-    @property
-    def metadata(self) -> LLMMetadata:
-        return LLMMetadata(is_chat_model=True, is_function_calling_model=True, model_name=self.model_name)
-
-    def _next(self, messages: Sequence[ChatMessage]) -> ChatResponse:
+    def _reply(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
         self._sent.append(list(messages))
         index = next(self._cursor)
         if index >= len(self._responses):
@@ -110,63 +95,6 @@ class ReplayLLM(FunctionCallingLLM):
             else ChatMessage(role=MessageRole.ASSISTANT, content=rec.text)
         )
         return ChatResponse(message=message, raw={"usage": rec.usage} if rec.usage else None)
-
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._next(messages)
-
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._next(messages)
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        raise NotImplementedError("ReplayLLM does not stream")
-
-    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        raise NotImplementedError("ReplayLLM does not stream")
-
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        reply = self._next([ChatMessage(role=MessageRole.USER, content=prompt)])
-        return CompletionResponse(text=reply.message.content or "")
-
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return self.complete(prompt, formatted, **kwargs)
-
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        raise NotImplementedError("ReplayLLM does not stream")
-
-    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
-        raise NotImplementedError("ReplayLLM does not stream")
-
-    def _prepare_chat_with_tools(
-        self,
-        tools: Sequence[Any],
-        user_msg: str | ChatMessage | None = None,
-        chat_history: list[ChatMessage] | None = None,
-        verbose: bool = False,
-        allow_parallel_tool_calls: bool = False,
-        tool_required: bool = False,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        messages = list(chat_history or [])
-        if user_msg is not None:
-            messages.append(
-                user_msg if isinstance(user_msg, ChatMessage) else ChatMessage(role="user", content=user_msg)
-            )
-        return {"messages": messages, **kwargs}
-
-    def get_tool_calls_from_response(
-        self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
-    ) -> list[ToolSelection]:
-        calls = [b for b in response.message.blocks if isinstance(b, ToolCallBlock)]
-        if not calls and error_on_no_tool_call:
-            raise ValueError("expected a tool call")
-        return [
-            ToolSelection(
-                tool_id=c.tool_call_id or "",
-                tool_name=c.tool_name,
-                tool_kwargs=c.tool_kwargs if isinstance(c.tool_kwargs, dict) else {},
-            )
-            for c in calls
-        ]
 
 
 async def areplay(trace: FlashTrace, reranker_factory: RerankerFactory | None = None) -> FlashResult:

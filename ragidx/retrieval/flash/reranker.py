@@ -27,14 +27,13 @@ response's tool-call blocks. Article text goes to the model fenced as data and c
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +51,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from ragidx.article import RERANK_SCORE
+from ragidx.providers.chat import ChatCaller, LLMRequestError, LLMUnavailableError, model_name, usage
 from ragidx.providers.tokenizer import TokenCounter
 from ragidx.retrieval.flash.excerpts import snap_excerpt
 from ragidx.retrieval.flash.metrics import FlashMetrics
@@ -66,6 +66,7 @@ from ragidx.retrieval.flash.prompts import (
     tool_limit_note,
     turn1_user_prompt,
 )
+from ragidx.retrieval.flash.result import FlashResult, FlashSelection
 from ragidx.retrieval.flash.trace import (
     FlashDecision,
     FlashTrace,
@@ -95,60 +96,6 @@ class _TopicIds(BaseModel):
 
 def _tool_stub(ids: list[int]) -> str:  # never executed: the reranker answers tool calls itself
     return ""
-
-
-@dataclass(frozen=True)
-class FlashSelection:
-    """One returned candidate: its ``[ID:n]``, kb_id, the model's reason and excerpt (if any)."""
-
-    display_id: int
-    kb_id: str
-    reason: str = ""
-    excerpt: str | None = None
-
-
-@dataclass(frozen=True)
-class FlashResult:
-    """Everything a rerank decided, for callers, metrics and evaluation.
-
-    ``prompt_tokens_shown`` counts what the model was shown: the turn-1 prompt (system + user) plus
-    every tool result. ``input_tokens``/``output_tokens`` are billed tokens (from the endpoint's usage
-    when reported, else counted).
-    """
-
-    nodes: list[NodeWithScore]
-    selections: list[FlashSelection]
-    decision: FlashDecision
-    source: SelectionSource
-    tool_calls: int = 0
-    requested_ids: list[int] = field(default_factory=list)
-    invented_ids: list[int] = field(default_factory=list)
-    repairs: tuple[JsonRepair, ...] = ()
-    candidates_shown: int = 0
-    prompt_tokens_shown: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    duration_s: float = 0.0
-    excerpts_dropped: int = 0
-    error: str | None = None
-    trace: FlashTrace | None = None
-
-    @property
-    def selected_kb_ids(self) -> list[str]:
-        return [s.kb_id for s in self.selections]
-
-    @property
-    def reasons(self) -> dict[str, str]:
-        return {s.kb_id: s.reason for s in self.selections}
-
-    @property
-    def invented_count(self) -> int:
-        return len(self.invented_ids)
-
-    @property
-    def is_fallback(self) -> bool:
-        return self.decision not in (FlashDecision.ACCEPTED, FlashDecision.NO_CANDIDATES)
 
 
 class _Run:
@@ -420,6 +367,8 @@ class FlashReranker(BaseNodePostprocessor):
         ]
         run.shown_tokens = self._tokens.count(system) + self._tokens.count(user)
 
+        # No retries: one time budget covers all turns, and a failed call has a fallback.
+        chat = ChatCaller(self._llm, retries=0, inline_tool_results=self.inline_tool_results)
         while True:
             remaining = run.deadline - self._clock()
             if remaining <= 0:
@@ -438,7 +387,6 @@ class FlashReranker(BaseNodePostprocessor):
             )
             run.recorded = len(run.messages)
             trace.turns.append(turn)
-            wire = _inline(run.messages) if self.inline_tool_results else list(run.messages)
             try:
                 if offer_tool:
                     choice: dict[str, Any] = (
@@ -446,16 +394,23 @@ class FlashReranker(BaseNodePostprocessor):
                         if forced
                         else {"tool_required": False}
                     )
-                    pending = self._llm.achat_with_tools(
-                        [self._tool], chat_history=wire, allow_parallel_tool_calls=False, **choice, **options
+                    response = await chat.achat(
+                        run.messages,
+                        tools=[self._tool],
+                        timeout=remaining,
+                        allow_parallel_tool_calls=False,
+                        **choice,
+                        **options,
                     )
                 else:
-                    pending = self._llm.achat(wire, **options)
-                response = await asyncio.wait_for(pending, timeout=remaining)
+                    response = await chat.achat(run.messages, timeout=remaining, **options)
             except Exception as exc:
-                timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+                timed_out = isinstance(exc, LLMUnavailableError) and exc.timed_out
                 kind = "timeout" if timed_out else "api_error"
-                turn.response = TraceResponse(error_kind=kind, error=f"{type(exc).__name__}: {exc}")
+                # The endpoint's own error, not the wrapper that says it was not retried.
+                wrapped = isinstance(exc, LLMUnavailableError | LLMRequestError) and exc.__cause__ is not None
+                cause = exc.__cause__ if wrapped and exc.__cause__ is not None else exc
+                turn.response = TraceResponse(error_kind=kind, error=f"{type(cause).__name__}: {cause}")
                 run.error = turn.response.error
                 logger.warning("flash rerank: LLM call failed (%s): %s", kind, run.error)
                 decision = FlashDecision.TIMEOUT if timed_out else FlashDecision.API_ERROR
@@ -624,16 +579,16 @@ class FlashReranker(BaseNodePostprocessor):
     # --- helpers ------------------------------------------------------------------------------------
     def _account(self, run: _Run, response: ChatResponse, calls: list[ToolSelection]) -> dict[str, int]:
         """Add this call's billed tokens (endpoint usage, else counted) and return them."""
-        usage = _usage_from_raw(response.raw)
-        if usage is None:
+        billed = usage(response)
+        if billed is None:
             sent = sum(self._tokens.count(_message_text(m)) for m in run.messages)
             out_text = (response.message.content or "") + "".join(
                 json.dumps(c.tool_kwargs, ensure_ascii=False) for c in calls
             )
-            usage = {"prompt_tokens": sent, "completion_tokens": self._tokens.count(out_text)}
-        run.input_tokens += usage["prompt_tokens"]
-        run.output_tokens += usage["completion_tokens"]
-        return usage
+            billed = {"prompt_tokens": sent, "completion_tokens": self._tokens.count(out_text)}
+        run.input_tokens += billed["prompt_tokens"]
+        run.output_tokens += billed["completion_tokens"]
+        return billed
 
     def _conversation_lines(self, conversation: Sequence[ChatMessage | str]) -> list[str]:
         if self.max_conversation_messages == 0:
@@ -648,10 +603,7 @@ class FlashReranker(BaseNodePostprocessor):
         return lines
 
     def _model_name(self) -> str:
-        try:
-            return str(self._llm.metadata.model_name)
-        except Exception:  # metadata is a property some integrations compute lazily
-            return type(self._llm).__name__
+        return model_name(self._llm)
 
     def _trace_settings(self) -> dict[str, Any]:
         return self.model_dump(exclude={"callback_manager", "trace_dir"})
@@ -699,28 +651,6 @@ def _raw_ids(value: Any) -> list[Any]:
     return [] if value is None else [value]
 
 
-def _usage_from_raw(raw: Any) -> dict[str, int] | None:
-    """OpenAI-style ``usage.prompt_tokens/completion_tokens`` from ``ChatResponse.raw`` (object or dict)."""
-    if raw is None:
-        return None
-    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
-    if usage is None:
-        return None
-
-    def get(*keys: str) -> int | None:
-        for key in keys:
-            value = usage.get(key) if isinstance(usage, dict) else getattr(usage, key, None)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return int(value)
-        return None
-
-    prompt = get("prompt_tokens", "input_tokens")
-    completion = get("completion_tokens", "output_tokens")
-    if prompt is None and completion is None:
-        return None
-    return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
-
-
 def _message_text(message: ChatMessage) -> str:
     text = message.content or ""
     for block in message.blocks:
@@ -728,25 +658,6 @@ def _message_text(message: ChatMessage) -> str:
             kwargs = block.tool_kwargs
             text += kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False)
     return text
-
-
-def _inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """Tool calls and results as plain assistant / user text, for chat templates without tool messages."""
-    out: list[ChatMessage] = []
-    for m in messages:
-        calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
-        if calls:
-            described = "; ".join(
-                f"{c.tool_name}({c.tool_kwargs if isinstance(c.tool_kwargs, str) else json.dumps(c.tool_kwargs)})"
-                for c in calls
-            )
-            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
-        elif m.role == MessageRole.TOOL:
-            name = m.additional_kwargs.get("name", TOOL_NAME)
-            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{m.content or ''}"))
-        else:
-            out.append(m)
-    return out
 
 
 def _trace_message(message: ChatMessage) -> TraceMessage:

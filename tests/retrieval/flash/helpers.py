@@ -65,7 +65,7 @@ class SlowScriptedLLM(ScriptedLLM):
         index = len(self.calls)
         if index < len(self._delays):
             await asyncio.sleep(self._delays[index])
-        return self._next(messages, kwargs)
+        return self._reply(list(messages), kwargs)
 
 
 class UsageScriptedLLM(ScriptedLLM):
@@ -77,8 +77,8 @@ class UsageScriptedLLM(ScriptedLLM):
         super().__init__(script, **kwargs)
         self._usage = usage
 
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        response = self._next(messages, kwargs)
+    def _reply(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
+        response = super()._reply(messages, kwargs)
         return ChatResponse(message=response.message, raw={"usage": dict(self._usage)})
 
 

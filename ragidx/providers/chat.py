@@ -1,0 +1,289 @@
+"""The one place ragidx calls a chat model: retries, errors, the endpoint's overflow answer, usage, transport.
+
+``ChatCaller`` wraps any LlamaIndex LLM for the agent and the flash reranker:
+
+- **Retries** of endpoint trouble (down, timeout, 429, 5xx) with exponential backoff, through tenacity;
+  then ``LLMUnavailableError``. A refusal (bad key, bad model, bad request) is not retried:
+  ``LLMRequestError``; other exceptions (bugs) pass through unchanged.
+- **The endpoint's "context length exceeded" answer** becomes ``ContextOverflowError`` with the
+  endpoint's own prompt count when its message gives one: the last resort behind the context budget.
+- **Usage**: :func:`usage` reads the endpoint's token counts from a response (``None`` when absent).
+- **Inline transport**: :func:`to_inline` writes tool calls and results as plain assistant / user text,
+  for chat templates that drop ``tool`` messages (llama-cpp-python's ``chatml-function-calling``).
+
+Example:
+    >>> caller = ChatCaller(llm, retries=3, max_output_tokens=512)  # doctest: +SKIP
+    >>> response = await caller.achat(messages, tools=[tool], tool_choice="auto")  # doctest: +SKIP
+    >>> usage(response)  # doctest: +SKIP
+    {'prompt_tokens': 812, 'completion_tokens': 40}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
+
+__all__ = [
+    "ChatCaller",
+    "ContextOverflowError",
+    "LLMRequestError",
+    "LLMUnavailableError",
+    "endpoint_name",
+    "model_name",
+    "to_inline",
+    "usage",
+]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LLMUnavailableError(RuntimeError):
+    """The LLM endpoint failed after its retries (down, timing out, rate-limited).
+
+    ``timed_out`` is true when the last attempt timed out.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class LLMRequestError(RuntimeError):
+    """The LLM endpoint refused the request (bad key, bad model name, bad request): retrying won't help."""
+
+
+class ContextOverflowError(LLMRequestError):
+    """The endpoint counted more prompt tokens than the window holds (its tokenizer or template differs).
+
+    ``prompt_tokens`` is the endpoint's own count of the prompt, when its message gave one.
+    """
+
+    def __init__(self, message: str, prompt_tokens: int | None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+
+
+_OVERFLOW = (
+    # llama-cpp-python: "Requested tokens (4116) exceed context window of 4096" (prompt + max_tokens)
+    re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)"),
+    # OpenAI-style: "maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens"
+    re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S),
+)
+
+
+def overflow_prompt_tokens(exc: BaseException, max_output_tokens: int) -> tuple[bool, int | None]:
+    """(is a context-length refusal, the endpoint's prompt token count if the message says it)."""
+    text = str(exc)
+    m = _OVERFLOW[0].search(text)
+    if m:
+        return True, max(1, int(m.group(1)) - max_output_tokens)
+    m = _OVERFLOW[1].search(text)
+    if m:
+        return True, int(m.group(2))
+    lowered = text.lower()
+    return ("context length" in lowered or "context window" in lowered), None
+
+
+def error_kind(exc: BaseException) -> Literal["retry", "fatal", "bug"]:
+    """``retry`` for endpoint trouble (down, timeout, 429, 5xx), ``fatal`` for refusals, ``bug`` otherwise."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - openai comes with llama-index-llms-openai
+        openai = None  # type: ignore[assignment]
+    if openai is not None:
+        if isinstance(
+            exc, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
+        ):
+            return "retry"
+        if isinstance(exc, openai.APIStatusError):
+            return "retry" if exc.status_code >= 500 or exc.status_code == 429 else "fatal"
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+        return "retry"
+    return "bug"
+
+
+def _timed_out(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+
+
+def usage(response: Any) -> dict[str, int] | None:
+    """``{"prompt_tokens", "completion_tokens"}`` from a response's OpenAI-style usage (object or dict)."""
+    raw = getattr(response, "raw", None)
+    if raw is None:
+        return None
+    found = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+    if found is None:
+        return None
+
+    def get(*keys: str) -> int | None:
+        for key in keys:
+            value = found.get(key) if isinstance(found, dict) else getattr(found, key, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return int(value)
+        return None
+
+    prompt = get("prompt_tokens", "input_tokens")
+    completion = get("completion_tokens", "output_tokens")
+    if prompt is None and completion is None:
+        return None
+    return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
+
+
+def model_name(llm: Any) -> str:
+    """The model's name as the endpoint knows it."""
+    try:
+        return str(getattr(llm, "model", None) or llm.metadata.model_name)
+    except Exception:  # metadata is a property some integrations compute lazily
+        return type(llm).__name__
+
+
+def endpoint_name(llm: Any) -> str:
+    base = getattr(llm, "api_base", None)
+    return f"{model_name(llm)!r} at {base}" if base else repr(model_name(llm))
+
+
+def _call_text(block: ToolCallBlock) -> str:
+    kwargs = block.tool_kwargs
+    return kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False)
+
+
+def to_inline(
+    messages: Sequence[ChatMessage], render_result: Callable[[ChatMessage], str] | None = None
+) -> list[ChatMessage]:
+    """Tool calls and results as plain assistant / user text, for chat templates without tool messages.
+
+    ``render_result`` writes a tool result's body (default: the message's text).
+
+    Example:
+        >>> msg = ChatMessage(role=MessageRole.TOOL, content="3 hits", additional_kwargs={"name": "search"})
+        >>> to_inline([msg])[0].content
+        'Result of search:\\n3 hits'
+    """
+    out: list[ChatMessage] = []
+    for m in messages:
+        calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
+        if calls:
+            described = "; ".join(f"{c.tool_name}({_call_text(c)})" for c in calls)
+            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=f"Calling {described}"))
+        elif m.role == MessageRole.TOOL:
+            name = m.additional_kwargs.get("name", "tool")
+            body = render_result(m) if render_result is not None else (m.content or "")
+            out.append(ChatMessage(role=MessageRole.USER, content=f"Result of {name}:\n{body}"))
+        else:
+            out.append(m)
+    return out
+
+
+class ChatCaller:
+    """Calls one LLM: retries, clear errors, the endpoint's overflow answer, optional inline transport.
+
+    Args:
+        llm: any LlamaIndex LLM (``achat`` / ``astream_chat``; ``achat_with_tools`` when tools are passed).
+        retries / backoff_s: retries of endpoint trouble, waiting ``backoff_s * 2**n`` seconds.
+        max_output_tokens: the reply's reserve (to read llama-cpp's overflow message, which counts it).
+        inline_tool_results: send tool traffic as plain text (see :func:`to_inline`).
+
+    Example:
+        >>> text = await ChatCaller(llm).astream(messages, print)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        retries: int = 2,
+        backoff_s: float = 1.0,
+        max_output_tokens: int = 0,
+        inline_tool_results: bool = False,
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.llm = llm
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_output_tokens = max_output_tokens
+        self.inline_tool_results = inline_tool_results
+
+    def wire(self, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """The messages as they are sent."""
+        return to_inline(messages) if self.inline_tool_results else list(messages)
+
+    async def achat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Any] | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> ChatResponse:
+        """One chat call (with ``tools``: ``achat_with_tools``; ``options`` go to the LLM)."""
+        wire = self.wire(messages)
+
+        async def call() -> ChatResponse:
+            if tools is None:
+                pending = self.llm.achat(wire, **options)
+            else:
+                pending = self.llm.achat_with_tools(list(tools), chat_history=wire, **options)
+            response: ChatResponse = await asyncio.wait_for(pending, timeout=timeout)
+            return response
+
+        return await self._with_retries(call)
+
+    async def astream(self, messages: Sequence[ChatMessage], on_delta: Callable[[str], None]) -> str:
+        """A streamed chat call; ``on_delta`` gets each piece; returns the whole text."""
+        wire = self.wire(messages)
+
+        async def call() -> str:
+            parts: list[str] = []
+            gen = await self.llm.astream_chat(wire)
+            async for chunk in gen:
+                if chunk.delta:
+                    parts.append(chunk.delta)
+                    on_delta(chunk.delta)
+            return "".join(parts)
+
+        return await self._with_retries(call)
+
+    async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_exponential(multiplier=self.backoff_s, max=60),
+            retry=retry_if_exception(lambda e: error_kind(e) == "retry"),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            return await retrying(call)
+        except Exception as exc:
+            kind = error_kind(exc)
+            if kind == "bug":
+                raise
+            name = endpoint_name(self.llm)
+            if kind == "retry":
+                raise LLMUnavailableError(
+                    f"the model endpoint {name} failed {self.retries + 1} times "
+                    f"(last: {type(exc).__name__}: {exc}). Is it running and reachable? For the local model, see "
+                    "the server log in the model cache folder.",
+                    timed_out=_timed_out(exc),
+                ) from exc
+            overflow, server_count = overflow_prompt_tokens(exc, self.max_output_tokens)
+            if overflow:
+                raise ContextOverflowError(f"{name}: {exc}", server_count) from exc
+            raise LLMRequestError(
+                f"the model endpoint {name} refused the request ({type(exc).__name__}: {exc}). "
+                "Check the model name, the API key and the endpoint settings."
+            ) from exc
+
+    @staticmethod
+    def _log_retry(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, state.attempt_number, wait)
