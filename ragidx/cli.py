@@ -107,12 +107,35 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        answer = engine.ask(args.question)
-    if args.json:
-        print(json.dumps(answer.to_dict(), ensure_ascii=False))
-    else:
-        print(answer.render())
+        if args.json:
+            print(json.dumps(engine.ask(args.question).to_dict(), ensure_ascii=False))
+            return 0
+        answer = _stream_answer(engine, args.question, progress=not args.quiet)
+    sources = answer.render().partition("\nSources:\n")[2]
+    if sources:
+        print(f"\nSources:\n{sources}")
     return 0
+
+
+def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
+    """Print what the turn does (stderr) and the answer's text as it comes (stdout); return the ``Answer``."""
+    from ragidx.agent.answer import Progress
+
+    streamed = ""
+    answer: Any = None
+    for item in engine.stream_ask(question, progress=progress):
+        if isinstance(item, Progress):
+            print(f"· {item.describe()}", file=sys.stderr, flush=True)
+        elif isinstance(item, str):
+            streamed += item
+            print(item, end="", flush=True)
+        else:
+            answer = item
+    if answer.not_found or not streamed.strip():
+        # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
+        print(("\n" if streamed.strip() else "") + answer.text, end="")
+    print()
+    return answer
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -166,10 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("ask", help="answer a question with citations")
+    p = sub.add_parser("ask", help="answer a question with citations (streamed as it is written)")
     p.add_argument("question")
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object with everything about the answer")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (searches, prompt sizes) on stderr")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("delete", help="delete articles by kb_id")

@@ -227,23 +227,38 @@ class Engine:
     async def aask(self, question: str, session_id: str | None = None) -> Any:
         return await self.agent().run(question=question, session_id=session_id)
 
-    async def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
-        """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``."""
-        from ragidx.agent.workflow import AnswerDeltaEvent
+    async def astream_ask(
+        self, question: str, session_id: str | None = None, *, progress: bool = False
+    ) -> AsyncIterator[Any]:
+        """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``.
+
+        With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
+        search with the articles it found, each prompt with its size, before the model reads it.
+        """
+        from ragidx.agent.answer import Progress
+        from ragidx.agent.workflow import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
         handler = self.agent().run(question=question, session_id=session_id)
         async for event in handler.stream_events():
             if isinstance(event, AnswerDeltaEvent):
                 yield event.delta
+            elif progress and isinstance(event, SearchEvent):
+                yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
+            elif progress and isinstance(event, BudgetReportEvent):
+                kept = [a for a in event.report.get("articles", []) if a.get("tokens_after", 1) > 0]
+                titles = tuple(str(a.get("title") or a.get("kb_id")) for a in kept)
+                yield Progress(
+                    "prompt", call=event.call, tokens=int(event.report.get("tokens_after", 0)), articles=titles
+                )
         yield await handler
 
-    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[Any]:
+    def stream_ask(self, question: str, session_id: str | None = None, *, progress: bool = False) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         async def pump() -> None:
             try:
-                async for item in self.astream_ask(question, session_id=session_id):
+                async for item in self.astream_ask(question, session_id=session_id, progress=progress):
                     items.put(("item", item))
             except BaseException as exc:
                 items.put(("error", exc))

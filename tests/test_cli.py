@@ -81,3 +81,50 @@ def test_missing_path_and_empty_kb_say_what_to_do(tmp_path: Path, capsys: pytest
     assert main(["--data-dir", str(tmp_path), "search", "anything"]) == 2
     assert "run `ragidx ingest PATH` first" in capsys.readouterr().err
     assert main(["--data-dir", str(tmp_path), "ask", "anything"]) == 2
+
+
+def test_ask_streams_what_it_does_then_the_answer_then_its_sources(
+    tmp_path: Path, writer_kb_file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real stores, retrieval, agent and budget; the chat model is scripted (it cites the first two sources)."""
+    from tests.dashboard.fakes import make_engine
+
+    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
+    data = str(tmp_path / "kb")
+    assert main(["--data-dir", data, "ingest", writer_kb_file, "--quiet"]) == 0
+    question = "How do I create a table of contents?"
+    capsys.readouterr()
+
+    assert main(["--data-dir", data, "ask", question]) == 0
+
+    out, err = capsys.readouterr()
+    progress = err.splitlines()
+    assert progress[0].startswith("· planning the searches (") and progress[0].endswith(" prompt tokens)")
+    assert progress[1].startswith(f'· searched "{question}": ') and "Creating a Table of Contents" in progress[1]
+    assert progress[-1].startswith("· answering from ") and progress[-1].endswith("prompt tokens for the model to read")
+    text, _, sources = out.partition("\nSources:\n")
+    assert "[1]" in text and "[2]" in text
+    assert sources.startswith("[1] ") and "\n[2] " in sources and "https://help.libreoffice.org" in sources
+
+    assert main(["--data-dir", data, "ask", question, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "\nSources:\n[1] " in out
+
+    assert main(["--data-dir", data, "ask", question, "--json"]) == 0
+    out, err = capsys.readouterr()
+    answer = json.loads(out)  # still one object
+    assert answer["citations"][0]["number"] == 1 and err == ""
+
+
+def test_ask_says_not_found_when_nothing_is_relevant(
+    tmp_path: Path, writer_kb_file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.dashboard.fakes import make_engine
+
+    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
+    data = str(tmp_path / "kb")
+    assert main(["--data-dir", data, "ingest", writer_kb_file, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", data, "ask", "Welche Farbe hat der Himmel über Tokio?", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == "I could not find the answer to this question in the knowledge base."

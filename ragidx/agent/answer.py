@@ -9,11 +9,52 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ragidx.budget.report import BudgetReport
 
 NOT_FOUND_TEXT = "I could not find the answer to this question in the knowledge base."
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a turn is doing while the user waits (``Engine.stream_ask(..., progress=True)``).
+
+    ``search``: a retrieval ran (``query``, the ``articles`` it found, by title, best first, or ``error``);
+    ``prompt``: a prompt of ``tokens`` tokens with ``articles`` goes to the model (``call``: ``plan`` for the
+    local model's search plan, ``decide`` when the model chooses whether to search again, ``answer``).
+
+    Example:
+        >>> Progress("search", query="page numbers", articles=("Page Numbers", "Footers")).describe()
+        'searched "page numbers": 2 articles (Page Numbers; Footers)'
+        >>> Progress("prompt", call="answer", tokens=3168, articles=("A", "B")).describe()
+        'answering from 2 articles: 3,168 prompt tokens for the model to read'
+    """
+
+    stage: Literal["search", "prompt"]
+    query: str = ""
+    articles: tuple[str, ...] = ()
+    tokens: int = 0
+    call: str = ""
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line for a terminal or a status box."""
+        if self.stage == "search":
+            if self.error:
+                return f'searched "{self.query}": failed ({self.error})'
+            titles = "; ".join(self.articles[:5]) + ("; …" if len(self.articles) > 5 else "")
+            return f'searched "{self.query}": {_articles(len(self.articles))}' + (f" ({titles})" if titles else "")
+        if self.call == "answer":
+            n = _articles(len(self.articles))
+            return f"answering from {n}: {self.tokens:,} prompt tokens for the model to read"
+        if self.call == "plan":
+            return f"planning the searches ({self.tokens:,} prompt tokens)"
+        return f"deciding whether to search again ({self.tokens:,} prompt tokens)"
+
+
+def _articles(n: int) -> str:
+    return f"{n} article" if n == 1 else f"{n} articles"
 
 
 @dataclass(frozen=True)

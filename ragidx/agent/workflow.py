@@ -186,9 +186,18 @@ class AnswerDeltaEvent(Event):
 
 
 class BudgetReportEvent(Event):
-    """Streamed: what the budget hook did before an LLM call."""
+    """Streamed: what the budget hook did before an LLM call (``call``: plan, decide or answer)."""
 
     report: dict[str, Any]
+    call: str = ""
+
+
+class SearchEvent(Event):
+    """Streamed: a retrieval ran; the titles it found, best first, or the error."""
+
+    query: str
+    titles: list[str]
+    error: str | None = None
 
 
 class RagAgent(Workflow):
@@ -332,6 +341,14 @@ class RagAgent(Workflow):
             result = await self._run_tool(turn, call)
             turn.messages.append(result)
             turn.raw_messages.append(result)
+            payload = parse_tool_payload(result) or {}
+            ctx.write_event_to_stream(
+                SearchEvent(
+                    query=str(call.tool_kwargs.get("query", "")),
+                    titles=[str(a.get("title") or a.get("kb_id")) for a in payload.get("articles", [])],
+                    error=payload.get("error"),
+                )
+            )
         return DecideEvent(turn=turn)
 
     @step
@@ -454,7 +471,9 @@ class RagAgent(Workflow):
         turn.messages = list(result.messages if result.messages is not None else turn.messages)
         turn.reports.append(result.report)
         turn.timings["hook"] += time.perf_counter() - t0
-        ctx.write_event_to_stream(BudgetReportEvent(report=result.report.model_dump(mode="json")))
+        ctx.write_event_to_stream(
+            BudgetReportEvent(report=result.report.model_dump(mode="json"), call=_call_name(tools))
+        )
         return turn.messages
 
     async def _apply_budget(self, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None) -> BudgetResult:
@@ -619,6 +638,13 @@ def _articles_shown(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         if payload:
             calls.append([a for a in payload["articles"] if not a.get(REFERENCE_KEY) and a.get("content")])
     return [copy.deepcopy(a) for a in dedupe_articles(calls)]
+
+
+def _call_name(tools: Sequence[Any] | None) -> str:
+    """Which LLM call of the turn a budget run is for: ``answer`` (no tools), ``plan`` or ``decide``."""
+    if not tools:
+        return "answer"
+    return "plan" if tools[0].metadata.name == PLAN_TOOL.metadata.name else "decide"
 
 
 def _source_lines(sources: Sequence[dict[str, Any]]) -> str:

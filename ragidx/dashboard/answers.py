@@ -9,11 +9,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragidx.agent.answer import Answer
+from ragidx.agent.answer import Answer, Progress
 from ragidx.budget.report import BudgetReport
 
 __all__ = [
@@ -150,7 +150,10 @@ def budget_view(report: BudgetReport, answer: Answer | None = None) -> BudgetVie
 
 
 class AnswerStream:
-    """Split ``Engine.stream_ask`` output into its text pieces and the final ``Answer``.
+    """Split ``Engine.stream_ask`` output into its text pieces, its progress and the final ``Answer``.
+
+    ``on_progress`` is called with each :class:`~ragidx.agent.answer.Progress` item (a search ran, a
+    prompt goes to the model) as it arrives.
 
     Example:
         >>> s = AnswerStream(iter(["Hel", "lo", Answer(question="q", text="Hello")]))
@@ -158,14 +161,18 @@ class AnswerStream:
         ('Hello', 'Hello')
     """
 
-    def __init__(self, items: Iterable[Any]) -> None:
+    def __init__(self, items: Iterable[Any], on_progress: Callable[[Progress], None] | None = None) -> None:
         self._items = items
+        self._on_progress = on_progress
         self._answer: Answer | None = None
 
     def pieces(self) -> Iterator[str]:
         for item in self._items:
             if isinstance(item, str):
                 yield item
+            elif isinstance(item, Progress):
+                if self._on_progress is not None:
+                    self._on_progress(item)
             else:
                 self._answer = item
 

@@ -189,7 +189,12 @@ def chat_page(engine: Any) -> None:
 def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
     placeholder = st.empty()
     text = ""
-    stream = AnswerStream(engine.stream_ask(question, session_id=session_id))
+
+    def show(progress: Any) -> None:  # what the turn does, until the answer's first words replace it
+        if not text:
+            placeholder.caption(f"· {progress.describe()}")
+
+    stream = AnswerStream(engine.stream_ask(question, session_id=session_id, progress=True), on_progress=show)
     try:
         with st.spinner("Searching and answering…"):
             for piece in stream.pieces():

@@ -103,3 +103,13 @@ def test_answer_stream_splits_text_and_answer() -> None:
     unfinished = AnswerStream(iter(["x"]))
     with pytest.raises(RuntimeError, match="ended without an Answer"):
         _ = unfinished.answer
+
+
+def test_answer_stream_hands_progress_to_its_callback() -> None:
+    from ragidx.agent.answer import Progress
+
+    seen: list[str] = []
+    items = [Progress("search", query="q", articles=("A",)), "Hel", "lo", Answer(question="q", text="Hello")]
+    stream = AnswerStream(iter(items), on_progress=lambda p: seen.append(p.describe()))
+    assert "".join(stream.pieces()) == "Hello" and stream.answer.text == "Hello"
+    assert seen == ['searched "q": 1 article (A)']
