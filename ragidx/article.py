@@ -19,6 +19,8 @@ RERANK_SCORE = "rerank_score"
 NORMALIZED_RANK = "normalized_rank"
 ARTICLE_RANK = "article_rank"
 MATCHED_CHUNKS = "matched_chunk_ids"
+MATCHED_SPANS = "matched_spans"
+"""Metadata key of the ``[start, end)`` character spans of the article's matched chunks in its content, best first."""
 
 
 @dataclass(frozen=True)

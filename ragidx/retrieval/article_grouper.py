@@ -7,7 +7,10 @@ first, and returned as new article nodes (``id_`` = kb_id, text = the full artic
 - ``rerank_score``: the article's best chunk score;
 - ``normalized_rank``: 0.0 for the best returned article … 1.0 for the worst (a lone article: 0.0);
 - ``article_rank``: 0-based position;
-- ``matched_chunk_ids``: ids of its chunks that matched, best first.
+- ``matched_chunk_ids``: ids of its chunks that matched, best first;
+- ``matched_spans``: where the best of those chunks (at most ``MAX_SPANS``) sit in the article's content,
+  ``[start, end)`` character offsets, best first: the passages search found, for a compressor to keep
+  first (a chunk that cannot be located in the article is left out).
 
 Equal scores keep the order in which the articles' best chunks arrived. An optional
 ``score_threshold`` drops articles below it before ranks are assigned; scores are only comparable
@@ -33,7 +36,7 @@ from llama_index.core.instrumentation.events.base import BaseEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, MATCHED_SPANS, NORMALIZED_RANK, RERANK_SCORE, Article
 
 __all__ = [
     "ARTICLE_FIELDS",
@@ -80,6 +83,7 @@ class ArticleGroup:
     kb_id: str
     score: float
     chunk_ids: list[str] = field(default_factory=list)
+    chunk_texts: list[str] = field(default_factory=list)
 
 
 def chunk_kb_id(node: NodeWithScore) -> str | None:
@@ -95,6 +99,7 @@ def group_chunks(nodes: Sequence[NodeWithScore]) -> list[ArticleGroup]:
     """
     groups: dict[str, ArticleGroup] = {}
     scored: dict[str, list[tuple[float, int, str]]] = {}
+    texts: dict[str, str] = {}
     for position, node in enumerate(nodes):
         kb_id = chunk_kb_id(node)
         if kb_id is None:
@@ -107,11 +112,45 @@ def group_chunks(nodes: Sequence[NodeWithScore]) -> list[ArticleGroup]:
         elif score > group.score:
             group.score = score
         scored.setdefault(kb_id, []).append((score, position, node.node.node_id))
+        texts[node.node.node_id] = node.node.get_content()
     for kb_id, group in groups.items():
         chunks = sorted(scored[kb_id], key=lambda c: (-c[0], c[1]))
         group.chunk_ids = list(dict.fromkeys(c[2] for c in chunks))
+        group.chunk_texts = [texts[c] for c in group.chunk_ids]
     first_seen = {kb_id: i for i, kb_id in enumerate(groups)}
     return sorted(groups.values(), key=lambda g: (-g.score, first_seen[g.kb_id]))
+
+
+MAX_SPANS = 3
+"""Matched chunks located per article (the best ones; more would cover most of a short article)."""
+_ANCHOR_CHARS = 48
+
+
+def matched_spans(content: str, chunks: Sequence[str]) -> list[list[int]]:
+    """``[start, end)`` of each chunk text in ``content``, in order; chunks not found are left out.
+
+    A chunk is found whole, else by its first and last ``_ANCHOR_CHARS`` characters (a splitter may
+    change the whitespace between them).
+
+    Example:
+        >>> matched_spans("Intro. The default is 128MB. End.", ["The default is 128MB.", "missing"])
+        [[7, 28]]
+    """
+    spans: list[list[int]] = []
+    for chunk in chunks:
+        text = chunk.strip()
+        if not text:
+            continue
+        start = content.find(text)
+        if start >= 0:
+            spans.append([start, start + len(text)])
+            continue
+        head, tail = text[:_ANCHOR_CHARS], text[-_ANCHOR_CHARS:]
+        start = content.find(head)
+        end = content.find(tail, start + 1) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            spans.append([start, end + len(tail)])
+    return spans
 
 
 def article_to_node(article: Article, score: float) -> NodeWithScore:
@@ -205,6 +244,7 @@ class ArticleGrouper(BaseNodePostprocessor):
                     NORMALIZED_RANK: rank / last if last > 0 else 0.0,
                     ARTICLE_RANK: rank,
                     MATCHED_CHUNKS: list(g.chunk_ids),
+                    MATCHED_SPANS: matched_spans(loaded[g.kb_id].content, g.chunk_texts[:MAX_SPANS]),
                 }
             )
             out.append(article_to_node(article, g.score))

@@ -95,3 +95,22 @@ def test_sentences_are_split_once_per_article_and_the_cache_is_bounded() -> None
     for i in range(3):
         comp.compress(Article(f"k{i}", "T", "", f"Other text {i}. " * 50), 20, "q")
     assert comp._doc.cache_info().currsize == 2
+
+
+def test_the_passage_retrieval_matched_is_kept_first() -> None:
+    """A reference page: the setting's name is on a heading line, its default in the next sentence, and
+    other sentences share more of the question's words. The matched chunk's span keeps the right one."""
+    from ragidx.article import MATCHED_SPANS
+
+    decoys = " ".join(f"The default size of the {w} setting is described in its own section." for w in "abcdefgh")
+    answer = "shared_buffers (integer)\nSets the amount of memory for shared buffers. The default is 128MB."
+    text = f"{decoys}\n\n{answer}\n\n{text_of_tokens(400, 3)}"
+    question = "What is the default size of shared_buffers?"
+    plain = COMP.compress(doc(text), 60, question)
+    start = text.index(answer)
+    matched = doc(text).with_metadata(**{MATCHED_SPANS: [[start, start + len(answer)]]})
+    kept = COMP.compress(matched, 60, question)
+    assert "128MB" not in plain and "128MB" in kept  # the decoys win on words alone
+    assert COMP.tokens.count(kept) <= 60
+    off = ExtractiveCompressor(match_boost=0.0).compress(matched, 60, question)
+    assert off == plain

@@ -175,3 +175,24 @@ def test_ranking_invariants_hold_for_any_chunks(pairs: list[tuple[str, float]], 
 def test_top_n_must_be_positive() -> None:
     with pytest.raises(ValueError):
         grouper("a", top_n=0)
+
+
+def test_matched_spans_locate_the_best_chunks_in_the_article() -> None:
+    from ragidx.article import MATCHED_SPANS
+    from ragidx.retrieval.article_grouper import MAX_SPANS, matched_spans
+
+    content = "Intro line.\n\nshared_buffers (integer)\nThe default is   128MB. More.\n\nLast part."
+    store = DictArticles([Article("a", "A", "u", content)])
+    nodes = [
+        chunk("a", 1, 0.9, text="shared_buffers (integer)\nThe default is   128MB."),
+        chunk("a", 0, 0.2, text="Intro line."),
+        chunk("a", 2, 0.5, text="not in the article at all"),
+    ]
+    out = ArticleGrouper(store).postprocess_nodes(nodes)  # type: ignore[arg-type]
+    spans = out[0].node.metadata[MATCHED_SPANS]
+    assert [content[a:z] for a, z in spans] == ["shared_buffers (integer)\nThe default is   128MB.", "Intro line."]
+    # a splitter that changed the whitespace inside a chunk: found by its first and last characters
+    head, tail = "shared_buffers (integer) sets the shared memory.", "The default is 128MB, typically, on most systems."
+    text = f"intro {head} middle  part {tail} after"
+    assert matched_spans(text, [f"{head} middle part {tail}"]) == [[6, len(text) - len(" after")]]
+    assert len(matched_spans(content, ["Intro line."] * 5)[:MAX_SPANS]) == 3
