@@ -291,6 +291,25 @@ class Engine:
 
         return RagQueryEngine(self, streaming=streaming, session_id=session_id)
 
+    def retrieve_context_tool(self) -> Any:
+        """The ``retrieve_context`` ``FunctionTool`` over this engine's chain, for LlamaIndex's own agents:
+        whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads."""
+        from ragidx.tools.retrieve_context import make_retrieve_context_tool
+
+        return make_retrieve_context_tool(self.retriever)
+
+    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None) -> Any:
+        """``llm`` wrapped so ragidx's context budget (these settings) runs before every call it makes
+        (:class:`~ragidx.agent.budgeted_llm.BudgetedLLM`): for a LlamaIndex ``FunctionAgent`` or
+        ``AgentWorkflow`` that uses :meth:`retrieve_context_tool`. Tokens are counted with ``tokenizer``
+        (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin)."""
+        from ragidx.agent.budgeted_llm import BudgetedLLM
+        from ragidx.budget import ContextBudget
+        from ragidx.providers.tokenizer import TokenCounter
+
+        budget = ContextBudget.from_settings(self.settings, token_counter=TokenCounter(tokenizer or "cl100k_base"))
+        return BudgetedLLM(llm, budget)
+
     def as_chat_engine(self, *, session_id: str | None = None) -> Any:
         """The agent as a LlamaIndex ``BaseChatEngine``: one conversation, one ragidx session
         (:class:`~ragidx.agent.chat_engine.RagChatEngine`)."""

@@ -81,6 +81,8 @@ REFERENCE_KEY = "see_above"
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
 _SLACK_PER_ARTICLE = 2
+_PLAN_ROUNDS = 8
+"""Allocation rounds: each drops the worse half of the articles the last one could not fund and re-plans."""
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
 
 
@@ -452,32 +454,45 @@ class ContextBudget:
             run.path("deduplicated")
         run.changed.update(run.payloads)
         entries = sorted(run.entries.values(), key=lambda e: e.article_rank)
-        # Skeleton: the prompt with every article's content empty, its metadata as if compressed.
-        for e in entries:
-            e.content, e.status = "", "compressed"
-        self._render_all(run)
-        skeleton = run.total + _SLACK_PER_ARTICLE * len(entries)
-        for e in entries:
-            e.content, e.status = str(e.article.get("content") or ""), "kept"
-        raw_total = sum(e.raw_tokens for e in entries)
-        budget = max(0, run.limits.target - skeleton)
-        # The target is a goal, the hard limit the guarantee: rather than drop everything because the
-        # target is full, let the best article's minimum use the room up to the hard limit.
-        need = min(raw_total, run.thresholds.min_article_tokens)
-        budget = max(budget, min(need, run.limits.hard_limit - skeleton))
-        run.report.article_budget = budget
-        run.report.article_tokens_before = raw_total
-        if raw_total <= budget:
+        run.report.article_tokens_before = sum(e.raw_tokens for e in entries)
+        dropped_keys: set[str] = set()
+        for _ in range(_PLAN_ROUNDS):
+            alive = [e for e in entries if e.key not in dropped_keys]
+            # Skeleton: the prompt with every surviving article's content empty, its metadata as if compressed.
+            for e in entries:
+                e.content, e.status = "", ("dropped" if e.key in dropped_keys else "compressed")
+                if e.key in dropped_keys:
+                    e.tokens, e.allocated = 0, 0
             self._render_all(run)
-            return []
-        min_eff = adaptive_min_tokens(budget, len(entries), run.thresholds.min_article_tokens)
-        run.report.min_article_tokens = min_eff
-        alloc = allocate_article_budgets(
-            [e.rank for e in entries],
-            [e.raw_tokens for e in entries],
-            budget,
-            min_tokens=run.thresholds.min_article_tokens,
-        )
+            skeleton = run.total + _SLACK_PER_ARTICLE * len(alive)
+            for e in alive:
+                e.content, e.status = str(e.article.get("content") or ""), "kept"
+            raw_total = sum(e.raw_tokens for e in alive)
+            budget = max(0, run.limits.target - skeleton)
+            # The target is a goal, the hard limit the guarantee: rather than drop everything because the
+            # target is full, let the best article's minimum use the room up to the hard limit.
+            need = min(raw_total, run.thresholds.min_article_tokens)
+            budget = max(budget, min(need, run.limits.hard_limit - skeleton))
+            run.report.article_budget = budget
+            if raw_total <= budget:
+                self._render_all(run)
+                return []
+            min_eff = adaptive_min_tokens(budget, len(alive), run.thresholds.min_article_tokens)
+            run.report.min_article_tokens = min_eff
+            alloc = allocate_article_budgets(
+                [e.rank for e in alive],
+                [e.raw_tokens for e in alive],
+                budget,
+                min_tokens=run.thresholds.min_article_tokens,
+            )
+            unfunded = [e for e, a in zip(alive, alloc, strict=True) if a <= 0]
+            if not unfunded or len(unfunded) == len(alive):
+                break
+            # Dropped articles leave the prompt with their metadata: drop the worse half of the unfunded ones
+            # and plan again, with the room their metadata took (on a small window, most of the prompt).
+            worst = sorted(unfunded, key=lambda e: -e.article_rank)[: (len(unfunded) + 1) // 2]
+            dropped_keys |= {e.key for e in worst}
+        everything, entries = entries, alive
         jobs: list[tuple[_Entry, int]] = []
         for e, a in zip(entries, alloc, strict=True):
             e.allocated = a
@@ -486,12 +501,12 @@ class ContextBudget:
             elif a < e.raw_tokens:
                 jobs.append((e, a))
         best = entries[0]
-        dropped = [e for e in entries if e.status == "dropped"]
+        dropped = [e for e in everything if e.status == "dropped"]
         if best.allocated is not None and (best.allocated < min(best.raw_tokens, min_eff) or dropped):
             self._recommend_fallback(
                 run,
                 f"best article {best.key!r} gets {best.allocated} of its {best.raw_tokens} tokens "
-                f"(minimum {min_eff}); {len(dropped)} of {len(entries)} articles dropped",
+                f"(minimum {min_eff}); {len(dropped)} of {len(everything)} articles dropped",
             )
         return jobs
 

@@ -6,10 +6,13 @@ reads::
 
     {"articles": [{"kb_id", "title", "url", "content",
                    "metadata": {"rerank_score", "normalized_rank", "article_rank",
-                                "matched_chunk_ids", ...}}],
+                                "matched_spans", ...}}],
      "metadata": {"query", "top_k_requested", "articles_count", "has_results"}}
 
 A failure returns the same shape with ``"error"`` and no articles; the tool never raises into the agent.
+The chunk ids an article matched (``matched_chunk_ids``, UUIDs: 20-25 tokens each, often dozens an
+article) stay on ``Engine.retrieve``'s articles and out of the prompt; where those chunks sit in the
+article (``matched_spans``) stays, for the budget's compressor.
 
 Example:
     >>> tool = make_retrieve_context_tool(retriever)                 # doctest: +SKIP
@@ -26,7 +29,7 @@ from typing import Any, Protocol
 
 from llama_index.core.tools import FunctionTool
 
-from ragidx.article import Article
+from ragidx.article import MATCHED_CHUNKS, Article
 from ragidx.budget.cap import RetrievalCap
 from ragidx.budget.messages import dump_payload
 
@@ -57,10 +60,16 @@ def articles_to_json(articles: Sequence[Article], query: str, top_k: int | None)
     """The tool's success answer: compact JSON, UTF-8 kept, each content between two spaces so that the
     context budget counts it alone (``ragidx.budget.messages.dump_payload``)."""
     payload = {
-        "articles": [a.to_dict() for a in articles],
+        "articles": [_for_prompt(a) for a in articles],
         "metadata": _metadata(query, top_k, len(articles)),
     }
     return dump_payload(payload, default=_jsonable)
+
+
+def _for_prompt(article: Article) -> dict[str, Any]:
+    data = article.to_dict()
+    data["metadata"].pop(MATCHED_CHUNKS, None)
+    return data
 
 
 def error_json(message: str, query: Any, top_k: Any) -> str:
