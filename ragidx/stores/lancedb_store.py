@@ -67,6 +67,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     fts_language: str = Field(default="English", description="Stemmer language of the full-text index.")
     nprobes: int = Field(default=20, description="IVF partitions probed per query.")
     refine_factor: int | None = Field(default=5, description="Re-rank factor for the quantized index.")
+    tenant: str | None = Field(
+        default=None,
+        description="Scope deletes and counts to this tenant's chunks (queries are scoped by the retriever's "
+        "tenant filter); None: every chunk.",
+    )
 
     _db: Any = PrivateAttr(default=None)
     _table: Any = PrivateAttr(default=None)
@@ -116,9 +121,12 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             ]
         )
 
+    def _tenant_sql(self) -> str | None:
+        return None if self.tenant is None else f"tenant = {sql_literal(self.tenant)}"
+
     def count(self) -> int:
         table = self._open()
-        return 0 if table is None else int(table.count_rows())
+        return 0 if table is None else int(table.count_rows(self._tenant_sql()))
 
     # --- writes ----------------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
@@ -140,12 +148,14 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         self.delete_articles([ref_doc_id])
 
     def delete_articles(self, kb_ids: Sequence[str]) -> None:
-        """Delete every chunk of these articles in one operation."""
+        """Delete every chunk of these articles (of this store's tenant, if it has one) in one operation."""
         table = self._open()
         if table is None or not kb_ids:
             return
+        where = f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})"
+        tenant = self._tenant_sql()
         with self._lock:
-            table.delete(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
+            table.delete(where if tenant is None else f"{where} AND {tenant}")
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -191,9 +201,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 table.create_scalar_index("kb_id", index_type="BTREE")
             rows = table.count_rows()
             if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
-                table.create_index(
-                    metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True
-                )
+                table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
             # Merge new rows into the indexes and compact small fragments.
             table.optimize()
 
@@ -350,9 +358,7 @@ def filters_to_sql(filters: MetadataFilters) -> str:
 
 def _filter_to_sql(f: MetadataFilter) -> str:
     if f.key not in FILTERABLE_COLUMNS:
-        raise ValueError(
-            f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}"
-        )
+        raise ValueError(f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}")
     if f.operator in _SQL_OPS:
         return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
     if f.operator in (FilterOperator.IN, FilterOperator.NIN):

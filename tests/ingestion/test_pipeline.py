@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,9 +114,7 @@ def test_bad_items_are_reported_and_the_rest_ingested_without_losing_stored_data
 
 def test_duplicate_ids_in_one_run_keep_the_later_copy(tmp_path: Path) -> None:
     ing = make_ingestor(tmp_path)
-    report = ing.ingest(
-        [Article("d", "D", "", "first text"), Article("d", "D", "", "second text")], source="s"
-    )
+    report = ing.ingest([Article("d", "D", "", "first text"), Article("d", "D", "", "second text")], source="s")
     assert report.duplicates == 1
     assert ing.article_store.get(["d"])["d"].content == "second text"
     assert [r[3] for r in chunk_rows(tmp_path)] == ["second text"]
@@ -176,7 +175,7 @@ def test_sigkill_mid_ingest_then_rerun_gives_exactly_the_right_chunks(tmp_path: 
     killed_state = ArticleStore(data / "articles.sqlite")
     assert killed_state.count() < 24 or killed_state.count(PENDING) > 0  # really interrupted
     out = run_worker(data, 24, kill_after=None)
-    assert out.strip().endswith(tuple(f"done {n}" for n in range(1, 10_000)))
+    assert re.search(r"done [1-9]\d* ", out), out[-500:]
 
     got = chunk_rows(data)
     assert got == expected  # none lost, none duplicated, same ids, positions and text
