@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
 VECTOR_INDEX_MIN_ROWS = 20_000
+FINALIZE_ATTEMPTS = 5
 
 
 class LanceDBChunkStore(BasePydanticVectorStore):
@@ -186,7 +188,24 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         return set(table.to_lance().to_table(columns=["kb_id"]).column("kb_id").to_pylist())
 
     def finalize(self) -> None:
-        """Build or refresh indexes after a batch of writes; compact fragments. Idempotent."""
+        """Build or refresh indexes after a batch of writes; compact fragments. Idempotent.
+
+        Two processes that finish ingests into one folder at once race to build the same index; Lance
+        rejects the later commit as a retryable conflict, and this retries on the table's latest version.
+        """
+        for attempt in range(FINALIZE_ATTEMPTS):
+            try:
+                self._finalize_once()
+                return
+            except RuntimeError as exc:
+                if "Retryable commit conflict" not in str(exc) or attempt == FINALIZE_ATTEMPTS - 1:
+                    raise
+                logger.info("finalize: another writer committed first (%s); retrying", str(exc).split(",")[0])
+                with self._lock:
+                    self._table = None  # reopen at the latest version
+                time.sleep(0.1 * (attempt + 1))
+
+    def _finalize_once(self) -> None:
         table = self._open()
         if table is None:
             return

@@ -2,10 +2,12 @@
 or run several at once.
 
 python -m tests.ingestion.crash_worker DATA_DIR N_ARTICLES [VERSION] [--articles URL] [--first K]
-                                       [--tenant T] [--source NAME]
+                                       [--tenant T] [--source NAME] [--wait-for FILE]
 
 Chunks go to LanceDB in DATA_DIR; articles and the ledger to DATA_DIR/articles.sqlite, or to the
-database at ``--articles``. Ingests articles ``a{K}..a{N-1}``. Prints ``done CHUNKS NEW UNCHANGED``.
+database at ``--articles``. Ingests articles ``a{K}..a{N-1}``. With ``--wait-for``, prints ``ready`` and
+starts only once FILE exists (so several workers start at the same moment). Prints
+``done CHUNKS NEW UNCHANGED``.
 """
 
 from __future__ import annotations
@@ -66,7 +68,13 @@ if __name__ == "__main__":
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--tenant", default=None)
     p.add_argument("--source", default="gen")
+    p.add_argument("--wait-for", type=Path, default=None)
     args = p.parse_args()
     ingestor = make_ingestor(args.data_dir, AnnouncingEmbedding(dim=32), articles=args.articles, tenant=args.tenant)
+    ingestor.pipeline  # noqa: B018  (the tokenizer loads before the start line, not after)
+    if args.wait_for is not None:
+        print("ready", flush=True)
+        while not args.wait_for.exists():
+            time.sleep(0.01)
     report = ingestor.ingest(corpus(args.n, args.version, args.first), source=args.source)
     print("done", report.chunks_written, report.new, report.unchanged, flush=True)
