@@ -131,7 +131,7 @@ def test_ask_says_not_found_when_nothing_is_relevant(
 
 
 def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
-    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.fakes.hash_embedding import HashEmbedding
     from tests.ingestion.crash_worker import corpus, make_ingestor
@@ -146,3 +146,11 @@ def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
     assert (report.unchanged, embed.calls) == (10, 0)
     assert main(["--data-dir", str(tmp_path / "empty"), "migrate-articles", "--to", pg_url]) == 1
     assert "no article store at" in capsys.readouterr().err
+    # Configured by URL (the server trusts loopback, so any password is accepted): stats never show it.
+    monkeypatch.setenv("RAGIDX_ARTICLE_STORE_URL", pg_url.replace("postgres@", "postgres:pw-secret@"))
+    capsys.readouterr()
+    assert main(["--data-dir", str(tmp_path), "stats"]) == 0
+    out = capsys.readouterr().out
+    stats = json.loads(out)
+    assert stats["articles"] == 10 and stats["pending"] == 0 and "pw-secret" not in out
+    assert stats["article_store"].startswith("postgresql+psycopg://postgres:***@127.0.0.1:")

@@ -60,7 +60,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from ragidx.article import Article
@@ -155,7 +155,11 @@ class ArticleStore:
         self.table = _table(POSTGRES_TABLE if self.is_postgres else SQLITE_TABLE)
         self._tenant_value = self.tenant or ""
         self._engine: Engine | None = None
-        self._lock = threading.RLock()  # SQLite: one writer at a time in this process, as sqlite wants
+        self._lock = threading.RLock()
+        # SQLite: one statement at a time per process (":memory:" is one shared connection); a server: none.
+        self._serial: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext() if self.is_postgres else threading.RLock()
+        )
         self._memory_claim = threading.Lock()
 
     @property
@@ -192,7 +196,7 @@ class ArticleStore:
         else:
             engine = self._sqlite_engine()
         try:
-            self._with_retries("open", lambda: self._create_schema(engine))
+            self._with_retries("opening the article store", lambda: self._create_schema(engine))
         except BaseException:
             engine.dispose()
             raise
@@ -223,14 +227,16 @@ class ArticleStore:
         return engine
 
     def _create_schema(self, engine: Engine) -> None:
-        with engine.connect() as conn, conn.begin():
-            if self.is_postgres:
-                # Two processes creating the table at once would race inside CREATE TABLE IF NOT EXISTS.
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("schema", self.table.name)})
-            else:
-                conn.exec_driver_sql("SELECT 1")  # the BEGIN above is deferred: take the write lock now
-                self._migrate_legacy_sqlite(conn)
-            self.table.metadata.create_all(conn, checkfirst=True)
+        # One process at a time: on SQLite the transaction starts with the write lock (BEGIN IMMEDIATE), on
+        # PostgreSQL with a lock of its own (CREATE TABLE IF NOT EXISTS races between two processes).
+        with engine.connect() as conn:
+            conn = conn.execution_options(write=True)
+            with conn.begin():
+                if self.is_postgres:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("schema", self.table.name)})
+                else:
+                    self._migrate_legacy_sqlite(conn)
+                self.table.metadata.create_all(conn, checkfirst=True)
 
     def _migrate_legacy_sqlite(self, conn: Connection) -> None:
         """Files written before tenants were kept apart: key (kb_id) becomes (tenant, kb_id), rows kept."""
@@ -289,7 +295,7 @@ class ArticleStore:
             return _on_claim(self, step, conn, fn)
 
         def run() -> T:
-            with self._lock, self.engine.connect() as c:
+            with self._serial, self.engine.connect() as c:
                 return fn(c)
 
         return self._with_retries(step, run)
@@ -300,7 +306,7 @@ class ArticleStore:
             return _on_claim(self, step, conn, fn)
 
         def run() -> T:
-            with self._lock, self.engine.connect() as c:
+            with self._serial, self.engine.connect() as c:
                 c = c.execution_options(write=True)
                 with c.begin():
                     return fn(c)
@@ -566,14 +572,23 @@ def _release(conn: Connection) -> None:
             conn.rollback()
         conn.execute(text("SELECT pg_advisory_unlock_all()"))
         conn.commit()
-    except DBAPIError:
-        conn.invalidate()
+    except SQLAlchemyError:
+        with contextlib.suppress(SQLAlchemyError):
+            conn.invalidate()
     finally:
         conn.close()
 
 
 def _is_disconnect(exc: DBAPIError) -> bool:
-    return bool(exc.connection_invalidated) or isinstance(exc, OperationalError)
+    """The connection is gone or was never made (not: a statement failed on a live connection)."""
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    # No SQLSTATE: the client could not connect or lost the socket; 08xxx: connection exception;
+    # 57P01-57P03: the server is shutting down or terminated this session.
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
 
 
 def _first_line(exc: BaseException) -> str:

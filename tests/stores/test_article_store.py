@@ -154,6 +154,19 @@ def test_a_file_from_before_tenants_is_migrated_without_losing_anything(tmp_path
     again.close()
 
 
+def test_an_old_file_opened_by_several_at_once_is_migrated_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    legacy_file(path)
+    stores = [ArticleStore(path) for _ in range(4)]
+    counts: list[int] = []
+    threads = [threading.Thread(target=lambda s=s: counts.append(s.count())) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert counts == [2, 2, 2, 2] and stores[0].pending_ids() == ["k2"]
+
+
 def test_an_unreachable_server_is_a_clear_error_that_hides_the_password(postgres_server: PostgresServer) -> None:
     closed_port = postgres_server.port + 1 if postgres_server.port < 65535 else 1
     store = ArticleStore(f"postgresql://ragidx:s3cret@127.0.0.1:{closed_port}/kb", retry_delays_s=(0.05, 0.05))
