@@ -190,9 +190,15 @@ class ArticleStore:
     # --- opening ---------------------------------------------------------------------------------
     def _open(self) -> Engine:
         if self.is_postgres:
-            engine = create_engine(
-                self.url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args={"connect_timeout": 10}
-            )
+            try:
+                engine = create_engine(
+                    self.url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args={"connect_timeout": 10}
+                )
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"the article store {self.display_url} is a PostgreSQL database, which needs psycopg 3: "
+                    "pip install 'ragidx[postgres]'"
+                ) from exc
         else:
             engine = self._sqlite_engine()
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -175,6 +176,12 @@ def test_an_unreachable_server_is_a_clear_error_that_hides_the_password(postgres
         store.count()
     assert "s3cret" not in str(info.value) and "ragidx:***@127.0.0.1" in str(info.value)
     assert time.perf_counter() - started < 10
+
+
+def test_a_missing_driver_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(RuntimeError, match=re.escape("pip install 'ragidx[postgres]'")):
+        ArticleStore("postgresql://ragidx@127.0.0.1:5432/kb").count()
 
 
 def terminate_on(store: ArticleStore, server: PostgresServer, statement: str, nth: int, times: int) -> list[int]:
