@@ -35,6 +35,12 @@ def chunk_rows(data_dir: Path) -> list[tuple[str, str, int, str]]:
     return sorted((r["id"], r["kb_id"], r["chunk_no"], r["text"]) for r in cols)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request: pytest.FixtureRequest) -> str | None:
+    """The article store the ingests use: None for the SQLite file in their data folder, or a PostgreSQL URL."""
+    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
+
+
 def test_ingest_writes_chunks_with_metadata_and_full_articles(tmp_path: Path) -> None:
     ing = make_ingestor(tmp_path)
     report = ing.ingest(corpus(10), source="gen")
@@ -50,21 +56,21 @@ def test_ingest_writes_chunks_with_metadata_and_full_articles(tmp_path: Path) ->
     assert node.metadata["title"] == "Article 3" and node.metadata["url"] == "https://kb/3"
 
 
-def test_reingest_unchanged_embeds_nothing(tmp_path: Path) -> None:
-    make_ingestor(tmp_path).ingest(corpus(12), source="gen")
+def test_reingest_unchanged_embeds_nothing(tmp_path: Path, ledger: str | None) -> None:
+    make_ingestor(tmp_path, articles=ledger).ingest(corpus(12), source="gen")
     before = chunk_rows(tmp_path)
     embed = HashEmbedding(dim=32)
-    report = make_ingestor(tmp_path, embed).ingest(corpus(12), source="gen")
+    report = make_ingestor(tmp_path, embed, articles=ledger).ingest(corpus(12), source="gen")
     assert (report.unchanged, report.new, report.changed, report.chunks_written) == (12, 0, 0, 0)
     assert embed.calls == 0
     assert chunk_rows(tmp_path) == before
 
 
-def test_changed_article_replaces_its_chunks_only(tmp_path: Path) -> None:
-    make_ingestor(tmp_path).ingest(corpus(9), source="gen")
+def test_changed_article_replaces_its_chunks_only(tmp_path: Path, ledger: str | None) -> None:
+    make_ingestor(tmp_path, articles=ledger).ingest(corpus(9), source="gen")
     before = {r[0]: r for r in chunk_rows(tmp_path)}
     embed = HashEmbedding(dim=32)
-    report = make_ingestor(tmp_path, embed).ingest(corpus(9, version=2), source="gen")
+    report = make_ingestor(tmp_path, embed, articles=ledger).ingest(corpus(9, version=2), source="gen")
     assert (report.changed, report.unchanged) == (3, 6)  # a0, a3, a6 changed
     after = chunk_rows(tmp_path)
     assert {r[1] for r in after if r[0] not in before or before[r[0]] != r} <= {"a0", "a3", "a6"}
@@ -91,8 +97,8 @@ def test_shrinking_article_leaves_no_stale_chunks(tmp_path: Path) -> None:
     assert [(r[1], r[2]) for r in chunk_rows(tmp_path)] == [("x", 0)]
 
 
-def test_prune_deletes_articles_missing_from_the_source(tmp_path: Path) -> None:
-    ing = make_ingestor(tmp_path)
+def test_prune_deletes_articles_missing_from_the_source(tmp_path: Path, ledger: str | None) -> None:
+    ing = make_ingestor(tmp_path, articles=ledger)
     ing.ingest(corpus(6), source="gen")
     ing.ingest([Article("other", "O", "", "Another source's article.")], source="elsewhere")
     report = ing.ingest(corpus(4), source="gen", prune=True)
@@ -174,12 +180,6 @@ def run_worker(data_dir: Path, n: int, kill_after: int | None, version: int = 1,
     if kill_after is not None:
         assert proc.returncode == -signal.SIGKILL, "the worker finished before it could be killed"
     return "".join(lines)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger(request: pytest.FixtureRequest) -> str | None:
-    """The article store the workers use: None for the SQLite file in their data folder, or a PostgreSQL URL."""
-    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
 
 
 @pytest.mark.slow
