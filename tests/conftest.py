@@ -1,4 +1,5 @@
-"""Test-wide guards: no network but loopback, offline hub, quiet threads."""
+"""Test-wide guards (no network but loopback, offline hub, quiet threads) and shared fixtures: a small
+real knowledge base, and a PostgreSQL server the tests start and stop themselves."""
 
 from __future__ import annotations
 
