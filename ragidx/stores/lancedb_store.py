@@ -220,7 +220,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 table.create_scalar_index("kb_id", index_type="BTREE")
             rows = table.count_rows()
             if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
-                table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
+                table.create_index(
+                    metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True
+                )
             # Merge new rows into the indexes and compact small fragments.
             table.optimize()
 
@@ -377,7 +379,9 @@ def filters_to_sql(filters: MetadataFilters) -> str:
 
 def _filter_to_sql(f: MetadataFilter) -> str:
     if f.key not in FILTERABLE_COLUMNS:
-        raise ValueError(f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}")
+        raise ValueError(
+            f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}"
+        )
     if f.operator in _SQL_OPS:
         return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
     if f.operator in (FilterOperator.IN, FilterOperator.NIN):
