@@ -9,8 +9,14 @@ Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
    pending articles from the article store, so the end state has exactly the right chunks;
 4. with ``prune=True``, articles of the same source that are no longer in it are deleted.
 
+Several processes may ingest into the same stores at once (a shared PostgreSQL article store beside
+Weaviate): every step on an article's chunks runs inside the article store's *claim* on that article
+(see ``ArticleStore.claim``), and reads the ledger again under it, so two ingests of overlapping sources
+end with one set of chunks and one ledger row per article, and an article is embedded once.
+
 Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
-``uuid5(kb_id:chunk_no)`` so every backend (Weaviate needs UUIDs) gets the same stable ids.
+``uuid5(kb_id:chunk_no)`` (with the tenant, when there is one, so two tenants' chunks never share an id)
+so every backend (Weaviate needs UUIDs) gets the same stable ids.
 
 Example:
     >>> ingestor = Ingestor(vector_store, article_store, embed_model)        # doctest: +SKIP
@@ -32,15 +38,16 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from ingestion.sources import SourceError, SourceItem
 from ragidx.article import Article
-from ragidx.stores.article_store import INDEXED, ArticleStore
+from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
 logger = logging.getLogger(__name__)
 
 CHUNK_NAMESPACE = uuid.UUID("6f1c2a52-3b8e-4c1e-9a55-2c1d0b7a9e11")
 
 
-def chunk_id(kb_id: str, chunk_no: int) -> str:
-    return str(uuid.uuid5(CHUNK_NAMESPACE, f"{kb_id}:{chunk_no}"))
+def chunk_id(kb_id: str, chunk_no: int, tenant: str | None = None) -> str:
+    name = f"{kb_id}:{chunk_no}" if not tenant else f"{tenant}\x00{kb_id}:{chunk_no}"
+    return str(uuid.uuid5(CHUNK_NAMESPACE, name))
 
 
 class ChunkStore(Protocol):
@@ -66,7 +73,7 @@ class ChunkNumberer(TransformComponent):
             # Positions are bookkeeping: never part of the embedded or LLM-visible text.
             copy.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, "chunk_no"]
             copy.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, "chunk_no"]
-            copy.id_ = chunk_id(kb_id, n)
+            copy.id_ = chunk_id(kb_id, n, node.metadata.get("tenant") or None)
             out.append(copy)
         return out
 
@@ -204,56 +211,71 @@ class Ingestor:
 
     def delete(self, kb_ids: Sequence[str]) -> None:
         """Delete articles and their chunks (chunks first: a crash leaves the article to retry)."""
-        if not kb_ids:
-            return
-        self.vector_store.delete_articles(list(kb_ids))
-        self.article_store.delete(list(kb_ids))
+        ids = list(dict.fromkeys(kb_ids))
+        for i in range(0, len(ids), self.batch_articles):
+            batch = ids[i : i + self.batch_articles]
+            with self.article_store.claim(batch) as claim:
+                self.vector_store.delete_articles(batch)
+                claim.delete(batch)
 
     # --- internals -----------------------------------------------------------------------------
     def _recover_pending(self, report: IngestReport) -> int:
+        """Re-index articles a killed run left pending (those another process is not finishing now)."""
         pending = self.article_store.pending_ids()
         if not pending:
             return 0
-        logger.warning("re-indexing %d articles left pending by an interrupted run", len(pending))
-        stored = self.article_store.get(pending)
+        logger.warning(
+            "%d articles are pending: left by an interrupted run (re-indexing them now) or being indexed by "
+            "another process (waiting for it)",
+            len(pending),
+        )
+        recovered = 0
         for i in range(0, len(pending), self.batch_articles):
-            batch = [stored[k] for k in pending[i : i + self.batch_articles] if k in stored]
-            self._index(batch, report)
-        return len(pending)
+            ids = pending[i : i + self.batch_articles]
+            with self.article_store.claim(ids) as claim:
+                states = claim.states(ids)  # a live process may have finished some while we waited
+                still = [k for k in ids if k in states and states[k][1] == PENDING]
+                stored = self.article_store.get(still)
+                batch = [stored[k] for k in still if k in stored]
+                self._index(claim, batch, report)
+                recovered += len(batch)
+        return recovered
 
     def _ingest_batch(self, articles: list[Article], source: str, report: IngestReport) -> None:
         if not articles:
             return
-        states = self.article_store.states([a.kb_id for a in articles])
-        todo = []
-        for a in articles:
-            state = states.get(a.kb_id)
-            if state is None:
-                report.new += 1
-                todo.append(a)
-            elif state == (a.content_hash, INDEXED):
-                report.unchanged += 1
-            else:
-                report.changed += 1
-                todo.append(a)
-        if not todo:
-            return
-        self.article_store.save_pending(todo, source=source)
-        self._index(todo, report)
+        with self.article_store.claim([a.kb_id for a in articles]) as claim:
+            states = claim.states([a.kb_id for a in articles])
+            todo = []
+            for a in articles:
+                state = states.get(a.kb_id)
+                if state is None:
+                    report.new += 1
+                    todo.append(a)
+                elif state == (a.content_hash, INDEXED):
+                    report.unchanged += 1
+                else:
+                    report.changed += 1
+                    todo.append(a)
+            if not todo:
+                return
+            claim.save_pending(todo, source=source)
+            self._index(claim, todo, report)
 
-    def _index(self, articles: list[Article], report: IngestReport) -> None:
-        """Replace the chunks of these (already saved, pending) articles, then mark them indexed."""
+    def _index(self, claim: Claim, articles: list[Article], report: IngestReport) -> None:
+        """Replace the chunks of these (already saved, pending, claimed) articles, then mark them indexed."""
         if not articles:
             return
         self.vector_store.delete_articles([a.kb_id for a in articles])
         t0 = time.perf_counter()
         nodes = self.pipeline.run(documents=[self._document(a) for a in articles], show_progress=False)
         report.embed_seconds += time.perf_counter() - t0
+        claim.ensure_held()  # a claim lost with its connection: write nothing, leave them pending
         self.vector_store.add(nodes)
         counts = dict.fromkeys((a.kb_id for a in articles), 0)
         for node in nodes:
             counts[node.metadata["kb_id"]] += 1
-        self.article_store.mark_indexed(counts)
+        claim.mark_indexed(counts)
         report.chunks_written += len(nodes)
 
     def _document(self, article: Article) -> Document:

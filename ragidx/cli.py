@@ -5,6 +5,7 @@
     ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
     ragidx stats
+    ragidx migrate-articles [--to URL] [--from FILE]
     ragidx eval retrieval --beir DIR [--limit N]
     ragidx eval compression --hotpotqa FILE [--limit N]
     ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
@@ -151,6 +152,27 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate_articles(args: argparse.Namespace) -> int:
+    from ragidx.stores.article_migration import migrate_articles
+
+    settings = _settings(args)
+    target = args.to or (settings.article_store_url.get_secret_value() if settings.article_store_url else None)
+    if not target:
+        print(
+            "ragidx: give --to postgresql://USER:PASSWORD@HOST:PORT/DB or set RAGIDX_ARTICLE_STORE_URL", file=sys.stderr
+        )
+        return 2
+    report = migrate_articles(args.source or settings.article_db_path, target, tenant=settings.tenant)
+    if settings.store != "weaviate":
+        print(
+            "note: the chunks stay in this machine's LanceDB; processes that share the article store need "
+            "a shared vector store too (store = 'weaviate')",
+            file=sys.stderr,
+        )
+    print(json.dumps(report.as_dict()))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.what == "retrieval":
         from ragidx.evaluation.retrieval import main as retrieval_main
@@ -202,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="article and chunk counts")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser(
+        "migrate-articles", help="copy the SQLite article store and ingest ledger into a shared database"
+    )
+    p.add_argument("--to", help="target database URL (default: RAGIDX_ARTICLE_STORE_URL)")
+    p.add_argument("--from", dest="source", help="SQLite file to copy (default: DATA_DIR/articles.sqlite)")
+    p.set_defaults(func=cmd_migrate_articles)
 
     p = sub.add_parser(
         "eval", help="evaluations: retrieval (BEIR), compression (HotpotQA) or answers (questions over a KB)"

@@ -176,7 +176,15 @@ class Settings(BaseSettings):
     weaviate_grpc_port: int = Field(default=50051, description="Weaviate gRPC port.")
     weaviate_api_key: SecretStr | None = Field(default=None, description="Weaviate API key; never logged.")
     tenant: str | None = Field(
-        default=None, description="Tenant value stored on every chunk and filtered on at query time."
+        default=None,
+        description="Tenant value stored on every chunk and filtered on at query time; the article store keeps "
+        "each tenant's articles and ledger apart too.",
+    )
+    article_store_url: SecretStr | None = Field(
+        default=None,
+        description="Where full articles and the ingest ledger live. None: a SQLite file in data_dir. "
+        "'postgresql://USER:PASSWORD@HOST:5432/DB': a PostgreSQL database that several engine processes share "
+        "(with store='weaviate'); needs the 'postgres' extra. Secret: it may carry a password.",
     )
 
     # --- embeddings and chunking ------------------------------------------------------------
@@ -259,6 +267,19 @@ class Settings(BaseSettings):
         if not v or not v[0].isalpha() or not v.replace("_", "").isalnum():
             raise ValueError(f"collection {v!r}: use letters, digits and '_', starting with a letter")
         return v[0].upper() + v[1:]
+
+    @field_validator("article_store_url")
+    @classmethod
+    def _article_store_url_scheme(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None:
+            return None
+        scheme = v.get_secret_value().split("://", 1)[0] if "://" in v.get_secret_value() else ""
+        if scheme not in ("postgresql", "postgres", "postgresql+psycopg", "sqlite", "sqlite+pysqlite"):
+            raise ValueError(
+                "article_store_url: use postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or sqlite:///PATH); "
+                "leave it unset for the SQLite file in data_dir"
+            )
+        return v
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:

@@ -324,6 +324,7 @@ class Engine:
             "pending": self.article_store.count("pending"),
             "chunks": self.chunk_store.count(),
             "store": self.settings.store,
+            "article_store": self.article_store.display_url,
             "data_dir": str(self.settings.data_dir),
         }
 

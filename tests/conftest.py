@@ -1,18 +1,25 @@
-"""Test-wide guards: no network but loopback, offline hub, quiet threads."""
+"""Test-wide guards (no network but loopback, offline hub, quiet threads) and shared fixtures: a small
+real knowledge base, and a PostgreSQL server the tests start and stop themselves."""
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
+import re
 import socket
+from collections.abc import Iterator
 
 import pytest
+
+from tests.postgres_server import INSTALL_HINT, PostgresServer, find_bin_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+_DATABASES = itertools.count()
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 _real_getaddrinfo = socket.getaddrinfo
@@ -84,3 +91,30 @@ def writer_kb_file(tmp_path_factory: pytest.TempPathFactory) -> str:
             if any(t in json.loads(line)["id"] for t in WRITER_TOPICS):
                 out.write(line)
     return str(path)
+
+
+# --- a real PostgreSQL server for the shared article store (started and stopped here) -----------------
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway server for the session (``tests/postgres_server.py``); each test gets its own database."""
+    if find_bin_dir() is None:
+        message = f"needs PostgreSQL's server binaries: {INSTALL_HINT}"
+        if os.environ.get("RAGIDX_REQUIRE_POSTGRES"):
+            pytest.fail(message)
+        pytest.skip(message)
+    server = PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def pg_url(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of a fresh, empty database, dropped after the test."""
+    name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:40] + f"_{next(_DATABASES)}"
+    url = postgres_server.create_database(name)
+    try:
+        yield url
+    finally:
+        postgres_server.drop_database(name)

@@ -128,3 +128,29 @@ def test_ask_says_not_found_when_nothing_is_relevant(
     assert main(["--data-dir", data, "ask", "Welche Farbe hat der Himmel über Tokio?", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert out.strip() == "I could not find the answer to this question in the knowledge base."
+
+
+def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fakes.hash_embedding import HashEmbedding
+    from tests.ingestion.crash_worker import corpus, make_ingestor
+
+    make_ingestor(tmp_path).ingest(corpus(10), source="gen")
+    capsys.readouterr()  # llama-index prints chunking notes
+    assert main(["--data-dir", str(tmp_path), "migrate-articles", "--to", pg_url]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["written"] == 10
+    embed = HashEmbedding(dim=32)
+    report = make_ingestor(tmp_path, embed, articles=pg_url).ingest(corpus(10), source="gen")
+    assert (report.unchanged, embed.calls) == (10, 0)
+    assert main(["--data-dir", str(tmp_path / "empty"), "migrate-articles", "--to", pg_url]) == 1
+    assert "no article store at" in capsys.readouterr().err
+    # Configured by URL (the server trusts loopback, so any password is accepted): stats never show it.
+    monkeypatch.setenv("RAGIDX_ARTICLE_STORE_URL", pg_url.replace("postgres@", "postgres:pw-secret@"))
+    capsys.readouterr()
+    assert main(["--data-dir", str(tmp_path), "stats"]) == 0
+    out = capsys.readouterr().out
+    stats = json.loads(out)
+    assert stats["articles"] == 10 and stats["pending"] == 0 and "pw-secret" not in out
+    assert stats["article_store"].startswith("postgresql+psycopg://postgres:***@127.0.0.1:")

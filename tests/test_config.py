@@ -30,9 +30,10 @@ def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_secrets_are_masked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGIDX_COHERE_API_KEY", "co-secret-456")
     monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")
+    monkeypatch.setenv("RAGIDX_ARTICLE_STORE_URL", "postgresql://ragidx:pg-secret-789@db:5432/kb")
     s = Settings(reranker="cohere")
     shown = " ".join([repr(s), str(s), json.dumps(s.public_dict())])
-    assert "co-secret-456" not in shown and "sk-secret-123" not in shown
+    assert "co-secret-456" not in shown and "sk-secret-123" not in shown and "pg-secret-789" not in shown
 
 
 def test_defaults_are_the_offline_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -49,6 +50,7 @@ def test_defaults_are_the_offline_stack(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ({"reranker": "cross-encoder"}, "needs cross_encoder_path"),
         ({"budget_target_pct": 0.9, "budget_trigger_pct": 0.8}, "must not exceed"),
         ({"collection": "my-collection"}, "use letters, digits and '_'"),
+        ({"article_store_url": "mysql://u:p@db/kb"}, "use postgresql://USER:PASSWORD@HOST:PORT/DATABASE"),
     ],
 )
 def test_inconsistent_settings_say_what_to_set(kwargs: dict[str, object], message: str) -> None:

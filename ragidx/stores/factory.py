@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 def build_chunk_store(settings: Settings) -> Any:
     """LanceDB on disk by default; Weaviate when ``store='weaviate'``."""
     if settings.store == "lancedb":
-        return LanceDBChunkStore(uri=settings.lancedb_uri, table_name=settings.collection)
+        return LanceDBChunkStore(
+            uri=settings.lancedb_uri, table_name=settings.collection, tenant=settings.tenant or None
+        )
     return build_weaviate_store(settings)
 
 
@@ -53,4 +55,13 @@ def build_weaviate_store(settings: Settings) -> Any:
 
 
 def build_article_store(settings: Settings) -> ArticleStore:
-    return ArticleStore(settings.article_db_path)
+    """The SQLite file in ``data_dir``, or the shared database at ``article_store_url``; scoped to the tenant."""
+    if settings.article_store_url is None:
+        if settings.store == "weaviate":
+            logger.info(
+                "store='weaviate' with the articles and ingest ledger in %s on this machine: other engine "
+                "processes will not see them. Set article_store_url to a PostgreSQL database to share them.",
+                settings.article_db_path,
+            )
+        return ArticleStore(settings.article_db_path, tenant=settings.tenant)
+    return ArticleStore(settings.article_store_url.get_secret_value(), tenant=settings.tenant)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
 VECTOR_INDEX_MIN_ROWS = 20_000
+FINALIZE_ATTEMPTS = 5
 
 
 class LanceDBChunkStore(BasePydanticVectorStore):
@@ -67,6 +69,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     fts_language: str = Field(default="English", description="Stemmer language of the full-text index.")
     nprobes: int = Field(default=20, description="IVF partitions probed per query.")
     refine_factor: int | None = Field(default=5, description="Re-rank factor for the quantized index.")
+    tenant: str | None = Field(
+        default=None,
+        description="Scope deletes and counts to this tenant's chunks (queries are scoped by the retriever's "
+        "tenant filter); None: every chunk.",
+    )
 
     _db: Any = PrivateAttr(default=None)
     _table: Any = PrivateAttr(default=None)
@@ -116,9 +123,12 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             ]
         )
 
+    def _tenant_sql(self) -> str | None:
+        return None if self.tenant is None else f"tenant = {sql_literal(self.tenant)}"
+
     def count(self) -> int:
         table = self._open()
-        return 0 if table is None else int(table.count_rows())
+        return 0 if table is None else int(table.count_rows(self._tenant_sql()))
 
     # --- writes ----------------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
@@ -140,12 +150,14 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         self.delete_articles([ref_doc_id])
 
     def delete_articles(self, kb_ids: Sequence[str]) -> None:
-        """Delete every chunk of these articles in one operation."""
+        """Delete every chunk of these articles (of this store's tenant, if it has one) in one operation."""
         table = self._open()
         if table is None or not kb_ids:
             return
+        where = f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})"
+        tenant = self._tenant_sql()
         with self._lock:
-            table.delete(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
+            table.delete(where if tenant is None else f"{where} AND {tenant}")
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -176,7 +188,24 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         return set(table.to_lance().to_table(columns=["kb_id"]).column("kb_id").to_pylist())
 
     def finalize(self) -> None:
-        """Build or refresh indexes after a batch of writes; compact fragments. Idempotent."""
+        """Build or refresh indexes after a batch of writes; compact fragments. Idempotent.
+
+        Two processes that finish ingests into one folder at once race to build the same index; Lance
+        rejects the later commit as a retryable conflict, and this retries on the table's latest version.
+        """
+        for attempt in range(FINALIZE_ATTEMPTS):
+            try:
+                self._finalize_once()
+                return
+            except RuntimeError as exc:
+                if "Retryable commit conflict" not in str(exc) or attempt == FINALIZE_ATTEMPTS - 1:
+                    raise
+                logger.info("finalize: another writer committed first (%s); retrying", str(exc).split(",")[0])
+                with self._lock:
+                    self._table = None  # reopen at the latest version
+                time.sleep(0.1 * (attempt + 1))
+
+    def _finalize_once(self) -> None:
         table = self._open()
         if table is None:
             return

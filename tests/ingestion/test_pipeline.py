@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingestion.pipeline import Ingestor, chunk_id
 from ingestion.sources import SourceError
 from ragidx.article import Article
-from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore
+from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, ArticleStoreUnavailable
 from ragidx.stores.lancedb_store import LanceDBChunkStore
 from tests.fakes.hash_embedding import HashEmbedding
 from tests.ingestion.crash_worker import corpus, make_ingestor
+from tests.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +33,12 @@ def chunk_rows(data_dir: Path) -> list[tuple[str, str, int, str]]:
         return []
     cols = table.to_lance().to_table(columns=["id", "kb_id", "chunk_no", "text"]).to_pylist()
     return sorted((r["id"], r["kb_id"], r["chunk_no"], r["text"]) for r in cols)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request: pytest.FixtureRequest) -> str | None:
+    """The article store the ingests use: None for the SQLite file in their data folder, or a PostgreSQL URL."""
+    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
 
 
 def test_ingest_writes_chunks_with_metadata_and_full_articles(tmp_path: Path) -> None:
@@ -47,21 +56,21 @@ def test_ingest_writes_chunks_with_metadata_and_full_articles(tmp_path: Path) ->
     assert node.metadata["title"] == "Article 3" and node.metadata["url"] == "https://kb/3"
 
 
-def test_reingest_unchanged_embeds_nothing(tmp_path: Path) -> None:
-    make_ingestor(tmp_path).ingest(corpus(12), source="gen")
+def test_reingest_unchanged_embeds_nothing(tmp_path: Path, ledger: str | None) -> None:
+    make_ingestor(tmp_path, articles=ledger).ingest(corpus(12), source="gen")
     before = chunk_rows(tmp_path)
     embed = HashEmbedding(dim=32)
-    report = make_ingestor(tmp_path, embed).ingest(corpus(12), source="gen")
+    report = make_ingestor(tmp_path, embed, articles=ledger).ingest(corpus(12), source="gen")
     assert (report.unchanged, report.new, report.changed, report.chunks_written) == (12, 0, 0, 0)
     assert embed.calls == 0
     assert chunk_rows(tmp_path) == before
 
 
-def test_changed_article_replaces_its_chunks_only(tmp_path: Path) -> None:
-    make_ingestor(tmp_path).ingest(corpus(9), source="gen")
+def test_changed_article_replaces_its_chunks_only(tmp_path: Path, ledger: str | None) -> None:
+    make_ingestor(tmp_path, articles=ledger).ingest(corpus(9), source="gen")
     before = {r[0]: r for r in chunk_rows(tmp_path)}
     embed = HashEmbedding(dim=32)
-    report = make_ingestor(tmp_path, embed).ingest(corpus(9, version=2), source="gen")
+    report = make_ingestor(tmp_path, embed, articles=ledger).ingest(corpus(9, version=2), source="gen")
     assert (report.changed, report.unchanged) == (3, 6)  # a0, a3, a6 changed
     after = chunk_rows(tmp_path)
     assert {r[1] for r in after if r[0] not in before or before[r[0]] != r} <= {"a0", "a3", "a6"}
@@ -88,8 +97,8 @@ def test_shrinking_article_leaves_no_stale_chunks(tmp_path: Path) -> None:
     assert [(r[1], r[2]) for r in chunk_rows(tmp_path)] == [("x", 0)]
 
 
-def test_prune_deletes_articles_missing_from_the_source(tmp_path: Path) -> None:
-    ing = make_ingestor(tmp_path)
+def test_prune_deletes_articles_missing_from_the_source(tmp_path: Path, ledger: str | None) -> None:
+    ing = make_ingestor(tmp_path, articles=ledger)
     ing.ingest(corpus(6), source="gen")
     ing.ingest([Article("other", "O", "", "Another source's article.")], source="elsewhere")
     report = ing.ingest(corpus(4), source="gen", prune=True)
@@ -113,9 +122,7 @@ def test_bad_items_are_reported_and_the_rest_ingested_without_losing_stored_data
 
 def test_duplicate_ids_in_one_run_keep_the_later_copy(tmp_path: Path) -> None:
     ing = make_ingestor(tmp_path)
-    report = ing.ingest(
-        [Article("d", "D", "", "first text"), Article("d", "D", "", "second text")], source="s"
-    )
+    report = ing.ingest([Article("d", "D", "", "first text"), Article("d", "D", "", "second text")], source="s")
     assert report.duplicates == 1
     assert ing.article_store.get(["d"])["d"].content == "second text"
     assert [r[3] for r in chunk_rows(tmp_path)] == ["second text"]
@@ -140,11 +147,22 @@ def test_one_megabyte_article_is_chunked_within_the_model_window(tmp_path: Path)
     assert max(len(tok(t)) for t in embed.texts_embedded) <= 210  # title line + chunk
 
 
-def run_worker(data_dir: Path, n: int, kill_after: int | None, version: int = 1) -> str:
+def worker(data_dir: Path, n: int, version: int, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.ingestion.crash_worker", str(data_dir), str(n), str(version), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        text=True,
+    )
+
+
+def run_worker(data_dir: Path, n: int, kill_after: int | None, version: int = 1, *extra: str) -> str:
     """Run the crash worker; SIGKILL it after ``kill_after`` embedding calls. Returns its output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.ingestion.crash_worker", str(data_dir), str(n), str(version)],
+        [sys.executable, "-m", "tests.ingestion.crash_worker", str(data_dir), str(n), str(version), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -165,27 +183,161 @@ def run_worker(data_dir: Path, n: int, kill_after: int | None, version: int = 1)
 
 
 @pytest.mark.slow
-def test_sigkill_mid_ingest_then_rerun_gives_exactly_the_right_chunks(tmp_path: Path) -> None:
+def test_sigkill_mid_ingest_then_rerun_gives_exactly_the_right_chunks(tmp_path: Path, ledger: str | None) -> None:
     expected_dir = tmp_path / "clean"
     make_ingestor(expected_dir).ingest(corpus(24), source="gen")
     expected = chunk_rows(expected_dir)
 
     data = tmp_path / "killed"
-    run_worker(data, 24, kill_after=2)
-    run_worker(data, 24, kill_after=3)  # killed again, now while recovering / continuing
-    killed_state = ArticleStore(data / "articles.sqlite")
+    extra = ("--articles", ledger) if ledger else ()
+    articles = ledger or data / "articles.sqlite"
+    run_worker(data, 24, 2, 1, *extra)
+    run_worker(data, 24, 3, 1, *extra)  # killed again, now while recovering / continuing
+    killed_state = ArticleStore(articles)
     assert killed_state.count() < 24 or killed_state.count(PENDING) > 0  # really interrupted
-    out = run_worker(data, 24, kill_after=None)
-    assert out.strip().endswith(tuple(f"done {n}" for n in range(1, 10_000)))
+    out = run_worker(data, 24, None, 1, *extra)
+    assert re.search(r"done [1-9]\d* ", out), out[-500:]
 
     got = chunk_rows(data)
     assert got == expected  # none lost, none duplicated, same ids, positions and text
     assert max(Counter(r[0] for r in got).values()) == 1
-    assert ArticleStore(data / "articles.sqlite").count(INDEXED) == 24
+    assert ArticleStore(articles).count(INDEXED) == 24
 
     # A killed re-ingest of a changed corpus also converges to exactly the clean result.
-    run_worker(data, 24, kill_after=2, version=2)
-    run_worker(data, 24, kill_after=None, version=2)
+    run_worker(data, 24, 2, 2, *extra)
+    run_worker(data, 24, None, 2, *extra)
     clean_v2 = tmp_path / "clean_v2"
     make_ingestor(clean_v2).ingest(corpus(24, version=2), source="gen")
     assert chunk_rows(data) == chunk_rows(clean_v2)
+
+
+def start_together(data_dir: Path, runs: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, int]]:
+    """Start one worker per (version, extra args), let them all begin at once, wait for all.
+
+    Returns each worker's (chunks written, new, unchanged)."""
+    go = data_dir.parent / f"go-{data_dir.name}"
+    procs = [worker(data_dir, 40, version, *extra, "--wait-for", str(go)) for version, extra in runs]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    go.touch()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        match = re.search(r"done (\d+) (\d+) (\d+)", out)
+        assert match, out[-500:]
+        results.append((int(match[1]), int(match[2]), int(match[3])))
+    return results
+
+
+@pytest.mark.slow
+def test_two_concurrent_ingests_of_one_source_index_each_article_once(tmp_path: Path, pg_url: str) -> None:
+    from ragidx.config import Settings
+    from ragidx.engine import Engine
+
+    make_ingestor(tmp_path / "clean").ingest(corpus(40), source="gen")
+    expected = chunk_rows(tmp_path / "clean")
+    data = tmp_path / "shared"
+    results = start_together(data, [(1, ("--articles", pg_url))] * 2)
+
+    got = chunk_rows(data)
+    assert got == expected  # one set of chunks: none duplicated, none lost, none stale
+    assert sum(r[0] for r in results) == len(expected)  # and each article was embedded by one process only
+    assert sum(r[1] for r in results) == 40
+    ledger = ArticleStore(pg_url)
+    assert (ledger.count(), ledger.count(INDEXED), ledger.total_chunks()) == (40, 40, len(expected))
+
+    # A third process, retrieving, sees what they ingested: whole articles from the shared store.
+    settings = Settings(data_dir=data, article_store_url=pg_url, reranker="none", top_k=3)
+    with Engine(settings, embed_model=HashEmbedding(dim=32)) as engine:
+        found = engine.retrieve("Sentence 11 of article 17 talks about topic3 and item11")
+    assert found[0].kb_id == "a17" and found[0].content == corpus(40)[17].content
+
+
+@pytest.mark.slow
+def test_concurrent_ingests_of_two_versions_leave_every_article_whole(tmp_path: Path, pg_url: str) -> None:
+    clean = {}
+    for version in (1, 2):
+        make_ingestor(tmp_path / f"clean{version}").ingest(corpus(40, version), source="gen")
+        clean[version] = chunk_rows(tmp_path / f"clean{version}")
+    data = tmp_path / "shared"
+    start_together(data, [(1, ("--articles", pg_url)), (2, ("--articles", pg_url))])
+
+    # Whichever version of an article won, its chunks are exactly that version's: never a mix of both.
+    states = ArticleStore(pg_url).states([f"a{i}" for i in range(40)])
+    v2_hashes = {a.kb_id: a.content_hash for a in corpus(40, 2)}
+    won = {kb_id: 2 if h == v2_hashes[kb_id] else 1 for kb_id, (h, state) in states.items() if state == INDEXED}
+    assert len(won) == 40
+    assert {kb_id for kb_id, v in won.items() if v == 1} <= {f"a{i}" for i in range(0, 40, 3)}
+    assert chunk_rows(data) == sorted(r for v in (1, 2) for r in clean[v] if won[r[1]] == v)
+
+
+def tenant_rows(data_dir: Path, tenant: str) -> list[tuple[str, int, str]]:
+    table = LanceDBChunkStore(uri=data_dir / "lancedb")._open()
+    rows = table.to_lance().to_table(columns=["kb_id", "chunk_no", "text", "tenant"]).to_pylist()
+    return sorted((r["kb_id"], r["chunk_no"], r["text"]) for r in rows if r["tenant"] == tenant)
+
+
+def test_tenants_sharing_the_stores_keep_their_own_articles_chunks_and_ledger(
+    tmp_path: Path, ledger: str | None
+) -> None:
+    from ragidx.config import Settings
+    from ragidx.engine import Engine
+
+    data = tmp_path / "shared"
+    acme = make_ingestor(data, articles=ledger, tenant="acme")
+    globex = make_ingestor(data, articles=ledger, tenant="globex")
+    acme.ingest(corpus(6), source="gen")
+    assert globex.ingest(corpus(6), source="gen").new == 6  # acme's ledger rows are not globex's
+    assert acme.ingest(corpus(6), source="gen").unchanged == 6
+    assert globex.ingest(corpus(6, version=2), source="gen").changed == 2  # re-indexes its a0 and a3 only
+    make_ingestor(tmp_path / "acme", tenant="acme").ingest(corpus(6), source="gen")
+    make_ingestor(tmp_path / "globex", tenant="globex").ingest(corpus(6, version=2), source="gen")
+    assert tenant_rows(data, "acme") == tenant_rows(tmp_path / "acme", "acme")  # globex's re-index left them
+    assert tenant_rows(data, "globex") == tenant_rows(tmp_path / "globex", "globex")
+    acme.delete(["a0"])
+    assert ("a0", 0) in {r[:2] for r in tenant_rows(data, "globex")} and globex.article_store.get(["a0"])
+    assert ("a0", 0) not in {r[:2] for r in tenant_rows(data, "acme")} and not acme.article_store.get(["a0"])
+    ids = {t: {r[0] for r in chunk_rows(tmp_path / t)} for t in ("acme", "globex")}
+    assert ids["acme"] and not ids["acme"] & ids["globex"]  # Weaviate keys objects by id: never shared
+
+    for tenant, has_v2 in (("acme", False), ("globex", True)):
+        settings = Settings(data_dir=data, article_store_url=ledger, tenant=tenant, reranker="none", top_k=6)
+        with Engine(settings, embed_model=HashEmbedding(dim=32)) as engine:
+            found = engine.retrieve("This paragraph was added in version two")
+        assert found and all(("version two" in a.content) == (has_v2 and a.kb_id in ("a0", "a3")) for a in found)
+
+
+class DatabaseDropEmbedding(HashEmbedding):
+    """Embeds normally, but while embedding article 5 the database server drops this process's connections."""
+
+    kill: Any = None
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        if self.kill is not None and any(t.startswith("title: Article 5\n") for t in texts):
+            self.kill()
+            self.kill = None
+        return [self._get_text_embedding(t) for t in texts]
+
+
+def test_a_dropped_database_connection_mid_ingest_is_a_clear_error_and_the_rerun_is_exact(
+    tmp_path: Path, pg_url: str, postgres_server: PostgresServer
+) -> None:
+    database = pg_url.rsplit("/", 1)[1]
+    embed = DatabaseDropEmbedding(dim=32)
+    embed.kill = lambda: postgres_server.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()",
+        database=database,
+    )
+    with pytest.raises(ArticleStoreUnavailable, match="They stay pending; the next ingest"):
+        make_ingestor(tmp_path, embed, articles=pg_url).ingest(corpus(12), source="gen")
+    ledger = ArticleStore(pg_url)
+    assert ledger.states([f"a{i}" for i in range(12)]).keys() == {f"a{i}" for i in range(8)}
+    assert ledger.pending_ids() == ["a4", "a5", "a6", "a7"]  # the batch it was indexing
+    assert {r[1] for r in chunk_rows(tmp_path)} == {"a0", "a1", "a2", "a3"}  # none of that batch was written
+
+    report = make_ingestor(tmp_path, articles=pg_url).ingest(corpus(12), source="gen")
+    assert (report.recovered, report.unchanged, report.new) == (4, 8, 4)
+    make_ingestor(tmp_path / "clean").ingest(corpus(12), source="gen")
+    assert chunk_rows(tmp_path) == chunk_rows(tmp_path / "clean")

@@ -1,23 +1,43 @@
+"""The article store and ledger, on both backends: SQLite (a file) and a real PostgreSQL server.
+
+Every behaviour test runs on both; the PostgreSQL-only ones cover what only a server has: claims that
+leave other articles free, and a connection that drops (terminated by the server, or never made).
+"""
+
 from __future__ import annotations
 
+import re
+import sqlite3
+import sys
+import threading
+import time
 from pathlib import Path
 
+import pytest
+from sqlalchemy import event
+
 from ragidx.article import Article
-from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore
+from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, ArticleStoreUnavailable
+from tests.postgres_server import PostgresServer
 
 
-def test_ledger_tracks_pending_and_indexed_and_survives_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "a.sqlite"
-    store = ArticleStore(path)
-    a = Article(
-        "k1", "Title", "u", "Full text with ' quotes and ünïcode.", language="de", metadata={"source": "s"}
-    )
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store lives: a SQLite file, or a fresh database on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "a.sqlite")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_ledger_tracks_pending_and_indexed_and_survives_reopen(location: str) -> None:
+    store = ArticleStore(location)
+    a = Article("k1", "Title", "u", "Full text with ' quotes and ünïcode.", language="de", metadata={"source": "s"})
     store.save_pending([a, Article("k2", "T2", "u2", "two")], source="src")
     assert sorted(store.pending_ids()) == ["k1", "k2"]
     store.mark_indexed({"k1": 3})
     store.close()
 
-    again = ArticleStore(path)
+    again = ArticleStore(location)
     assert again.get(["k1"])["k1"] == a
     assert again.states(["k1", "k2", "nope"]) == {
         "k1": (a.content_hash, INDEXED),
@@ -27,10 +47,203 @@ def test_ledger_tracks_pending_and_indexed_and_survives_reopen(tmp_path: Path) -
     assert sorted(again.ids_for_source("src")) == ["k1", "k2"]
     again.delete(["k2"])
     assert again.get(["k2"]) == {} and again.count() == 1
+    again.close()
 
 
-def test_many_ids_are_batched(tmp_path: Path) -> None:
-    store = ArticleStore(tmp_path / "a.sqlite")
+def test_many_ids_are_batched(location: str) -> None:
+    store = ArticleStore(location)
     store.save_pending([Article(f"k{i}", "t", "u", "x") for i in range(1200)])
     assert len(store.get([f"k{i}" for i in range(1200)])) == 1200
     assert len(store.states([f"k{i}" for i in range(1200)])) == 1200
+    store.mark_indexed({f"k{i}": 1 for i in range(1200)})
+    assert store.count(INDEXED) == 1200
+    store.close()
+
+
+def test_tenants_are_kept_apart(location: str) -> None:
+    acme, globex, nobody = (ArticleStore(location, tenant=t) for t in ("acme", "globex", None))
+    acme.save_pending([Article("same-id", "Acme's", "u", "acme text"), Article("only-acme", "A", "u", "a")], "s")
+    globex.save_pending([Article("same-id", "Globex's", "u", "globex text")], "s")
+    acme.mark_indexed({"same-id": 2})
+
+    assert acme.get(["same-id"])["same-id"].content == "acme text"
+    assert globex.get(["same-id"])["same-id"].content == "globex text"
+    assert globex.get(["only-acme"]) == {} and nobody.count() == 0
+    assert globex.states(["same-id"])["same-id"][1] == PENDING  # acme's mark_indexed did not touch it
+    assert (acme.count(), globex.count(), acme.total_chunks(), globex.total_chunks()) == (2, 1, 2, 0)
+    assert globex.pending_ids() == ["same-id"] and acme.pending_ids() == ["only-acme"]
+    assert sorted(acme.ids_for_source("s")) == ["only-acme", "same-id"] and globex.ids_for_source("s") == ["same-id"]
+    globex.delete(["same-id", "only-acme"])
+    assert acme.count() == 2 and globex.count() == 0
+    for s in (acme, globex, nobody):
+        s.close()
+
+
+def test_a_second_claim_on_the_same_article_waits_for_the_first(location: str) -> None:
+    first, second = ArticleStore(location), ArticleStore(location)  # as two processes would have
+    order: list[str] = []
+
+    def other() -> None:
+        with second.claim(["b", "c"]) as claim:
+            order.append(f"second sees {claim.states(['b'])['b'][1]}")
+
+    with first.claim(["a", "b"]) as claim:
+        claim.save_pending([Article("b", "B", "u", "text")])
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.5)
+        order.append("first indexes")
+        claim.mark_indexed({"b": 1})
+    thread.join(timeout=10)
+    assert order == ["first indexes", f"second sees {INDEXED}"]
+    first.close()
+    second.close()
+
+
+def test_claims_on_other_articles_do_not_wait(pg_url: str) -> None:
+    first, second = ArticleStore(pg_url), ArticleStore(pg_url)
+    with first.claim(["a", "b"]):
+        started = time.perf_counter()
+        with second.claim(["c", "d"]):
+            waited = time.perf_counter() - started
+        with ArticleStore(pg_url, tenant="acme").claim(["a"]):  # same kb_id, another tenant
+            pass
+    assert waited < 1.0
+    first.close()
+    second.close()
+
+
+LEGACY_SCHEMA = """
+CREATE TABLE articles (
+    kb_id TEXT PRIMARY KEY, title TEXT NOT NULL, url TEXT NOT NULL, language TEXT, content TEXT NOT NULL,
+    metadata_json TEXT NOT NULL DEFAULT '{}', source TEXT NOT NULL DEFAULT '', content_hash TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL DEFAULT 0, state TEXT NOT NULL, updated_at REAL NOT NULL
+);
+CREATE INDEX articles_source ON articles(source);
+CREATE INDEX articles_state ON articles(state);
+"""
+
+
+def legacy_file(path: Path) -> None:
+    """An article store as ragidx wrote it before tenants: kb_id alone is the key."""
+    conn = sqlite3.connect(path)
+    conn.executescript(LEGACY_SCHEMA)
+    conn.executemany(
+        "INSERT INTO articles VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            ("k1", "One", "u1", "en", "text one", '{"x": 1}', "src", "h1", 4, INDEXED, 1.5),
+            ("k2", "Two", "u2", None, "text two", "{}", "src", "h2", 0, PENDING, 2.5),
+        ],
+    )
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("tenant", [None, "acme"])
+def test_a_file_from_before_tenants_is_migrated_without_losing_anything(tmp_path: Path, tenant: str | None) -> None:
+    path = tmp_path / "old.sqlite"
+    legacy_file(path)
+    store = ArticleStore(path, tenant=tenant)  # the tenant that opens it first gets its rows
+    assert store.get(["k1"])["k1"] == Article("k1", "One", "u1", "text one", "en", {"x": 1})
+    assert store.states(["k1", "k2"]) == {"k1": ("h1", INDEXED), "k2": ("h2", PENDING)}
+    assert (store.count(), store.total_chunks(), store.pending_ids()) == (2, 4, ["k2"])
+    store.save_pending([Article("k3", "Three", "u", "new")], "src")
+    store.close()
+    again = ArticleStore(path, tenant=tenant)
+    assert sorted(again.ids_for_source("src")) == ["k1", "k2", "k3"]
+    assert ArticleStore(path, tenant="other" if tenant else "x").count() == 0
+    again.close()
+
+
+def test_an_old_file_opened_by_several_at_once_is_migrated_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    legacy_file(path)
+    stores = [ArticleStore(path) for _ in range(4)]
+    counts: list[int] = []
+    threads = [threading.Thread(target=lambda s=s: counts.append(s.count())) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert counts == [2, 2, 2, 2] and stores[0].pending_ids() == ["k2"]
+
+
+def test_an_unreachable_server_is_a_clear_error_that_hides_the_password(postgres_server: PostgresServer) -> None:
+    closed_port = postgres_server.port + 1 if postgres_server.port < 65535 else 1
+    store = ArticleStore(f"postgresql://ragidx:s3cret@127.0.0.1:{closed_port}/kb", retry_delays_s=(0.05, 0.05))
+    started = time.perf_counter()
+    with pytest.raises(ArticleStoreUnavailable, match=r"\(3 attempts\).*run the same command again") as info:
+        store.count()
+    assert "s3cret" not in str(info.value) and "ragidx:***@127.0.0.1" in str(info.value)
+    assert time.perf_counter() - started < 10
+
+
+def test_a_missing_driver_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(RuntimeError, match=re.escape("pip install 'ragidx[postgres]'")):
+        ArticleStore("postgresql://ragidx@127.0.0.1:5432/kb").count()
+
+
+def terminate_on(store: ArticleStore, server: PostgresServer, statement: str, nth: int, times: int) -> list[int]:
+    """Kill the server side of the connection just before the ``nth`` statement starting ``statement``
+    (counted over the whole test), ``times`` times in a row. Returns the count of matching statements."""
+    seen = [0]
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def kill(conn, cursor, sql, params, context, executemany):  # type: ignore[no-untyped-def]
+        if not sql.lstrip().upper().startswith(statement):
+            return
+        seen[0] += 1
+        if nth <= seen[0] < nth + times:
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            server.execute(f"SELECT pg_terminate_backend({pid})")
+
+    return seen
+
+
+def test_a_dropped_connection_mid_transaction_is_retried_and_nothing_is_half_written(
+    pg_url: str, postgres_server: PostgresServer
+) -> None:
+    ids = [f"k{i}" for i in range(1200)]
+    ArticleStore(pg_url).save_pending([Article(k, "t", "u", "x") for k in ids])
+
+    # Deleting 1200 rows is three DELETE statements in one transaction; the connection dies before the 2nd.
+    store = ArticleStore(pg_url, retry_delays_s=(0.05,))
+    seen = terminate_on(store, postgres_server, "DELETE", nth=2, times=1)
+    store.delete(ids)  # retried on a new connection, whole
+    assert store.count() == 0 and seen[0] == 5  # 2 statements of the lost try, 3 of the retry
+
+    # Without a retry left: a clear error, and the first batch's delete was rolled back with the rest.
+    ArticleStore(pg_url).save_pending([Article(k, "t", "u", "x") for k in ids])
+    store = ArticleStore(pg_url, retry_delays_s=(0.05,))
+    terminate_on(store, postgres_server, "DELETE", nth=2, times=2)
+    with pytest.raises(ArticleStoreUnavailable, match=re.escape("during deleting articles (2 attempts)")):
+        store.delete(ids)
+    assert ArticleStore(pg_url).count() == 1200
+    # Idle connections the server dropped are replaced without anyone noticing.
+    store = ArticleStore(pg_url)
+    assert store.count() == 1200
+    postgres_server.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname IS NOT NULL"
+    )
+    assert store.count() == 1200
+
+
+def test_a_claim_whose_connection_drops_writes_nothing_and_frees_the_articles(
+    pg_url: str, postgres_server: PostgresServer
+) -> None:
+    store = ArticleStore(pg_url)
+    with (
+        pytest.raises(ArticleStoreUnavailable, match="claim on the articles") as info,
+        store.claim(["a"]) as claim,
+    ):
+        claim.save_pending([Article("a", "A", "u", "text")])
+        pid = claim._conn.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+        postgres_server.execute(f"SELECT pg_terminate_backend({pid})")
+        claim.ensure_held()
+        claim.mark_indexed({"a": 1})
+    assert "They stay pending" in str(info.value)
+    assert store.states(["a"])["a"][1] == PENDING  # the next ingest re-indexes it
+    started = time.perf_counter()
+    with ArticleStore(pg_url).claim(["a"]):  # the server ended the lost claim's locks
+        assert time.perf_counter() - started < 1.0
