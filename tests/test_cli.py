@@ -83,19 +83,26 @@ def test_missing_path_and_empty_kb_say_what_to_do(tmp_path: Path, capsys: pytest
     assert main(["--data-dir", str(tmp_path), "ask", "anything"]) == 2
 
 
-def test_ask_streams_what_it_does_then_the_answer_then_its_sources(
+@pytest.fixture
+def scripted_kb(
     tmp_path: Path, writer_kb_file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Real stores, retrieval, agent and budget; the chat model is scripted (it cites the first two sources)."""
+) -> str:
+    """The Writer articles ingested; the CLI's engine is real but for its chat model, which is scripted
+    (it cites the first two sources it is shown)."""
     from tests.dashboard.fakes import make_engine
 
     monkeypatch.setattr("ragidx.engine.Engine", make_engine)
     data = str(tmp_path / "kb")
     assert main(["--data-dir", data, "ingest", writer_kb_file, "--quiet"]) == 0
-    question = "How do I create a table of contents?"
     capsys.readouterr()
+    return data
 
-    assert main(["--data-dir", data, "ask", question]) == 0
+
+def test_ask_streams_what_it_does_then_the_answer_then_its_sources(
+    scripted_kb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    question = "How do I create a table of contents?"
+    assert main(["--data-dir", scripted_kb, "ask", question]) == 0
 
     out, err = capsys.readouterr()
     progress = err.splitlines()
@@ -106,26 +113,18 @@ def test_ask_streams_what_it_does_then_the_answer_then_its_sources(
     assert "[1]" in text and "[2]" in text
     assert sources.startswith("[1] ") and "\n[2] " in sources and "https://help.libreoffice.org" in sources
 
-    assert main(["--data-dir", data, "ask", question, "--quiet"]) == 0
+    assert main(["--data-dir", scripted_kb, "ask", question, "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "\nSources:\n[1] " in out
 
-    assert main(["--data-dir", data, "ask", question, "--json"]) == 0
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
     out, err = capsys.readouterr()
     answer = json.loads(out)  # still one object
     assert answer["citations"][0]["number"] == 1 and err == ""
 
 
-def test_ask_says_not_found_when_nothing_is_relevant(
-    tmp_path: Path, writer_kb_file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from tests.dashboard.fakes import make_engine
-
-    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
-    data = str(tmp_path / "kb")
-    assert main(["--data-dir", data, "ingest", writer_kb_file, "--quiet"]) == 0
-    capsys.readouterr()
-    assert main(["--data-dir", data, "ask", "Welche Farbe hat der Himmel über Tokio?", "--quiet"]) == 0
+def test_ask_says_not_found_when_nothing_is_relevant(scripted_kb: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--data-dir", scripted_kb, "ask", "Welche Farbe hat der Himmel über Tokio?", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert out.strip() == "I could not find the answer to this question in the knowledge base."
 
