@@ -17,6 +17,7 @@ Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import logging
 import os
@@ -124,19 +125,48 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
 
     streamed = ""
     answer: Any = None
+    shown = _EntityUnescaper()
     for item in engine.stream_ask(question, progress=progress):
         if isinstance(item, Progress):
             print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
             streamed += item
-            print(item, end="", flush=True)
+            print(shown.feed(item), end="", flush=True)
         else:
             answer = item
+    print(shown.flush(), end="")
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
     print()
     return answer
+
+
+class _EntityUnescaper:
+    """The model writes HTML entities it saw in the articles' JSON (``&#34;`` for a quote): show the characters.
+    An entity split across two pieces of the stream is held back until it is complete.
+
+    Example:
+        >>> u = _EntityUnescaper()
+        >>> u.feed("Select &#3") + u.feed("4;Table&#34; &gt") + u.feed("> Insert") + u.flush()
+        'Select "Table" >> Insert'
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        text = self._pending + piece
+        amp = text.rfind("&")
+        if amp >= 0 and ";" not in text[amp:] and len(text) - amp <= 10 and not text[amp + 1 :].count(" "):
+            self._pending, text = text[amp:], text[:amp]
+        else:
+            self._pending = ""
+        return html.unescape(text)
+
+    def flush(self) -> str:
+        text, self._pending = self._pending, ""
+        return html.unescape(text)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

@@ -153,3 +153,13 @@ def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
     stats = json.loads(out)
     assert stats["articles"] == 10 and stats["pending"] == 0 and "pw-secret" not in out
     assert stats["article_store"].startswith("postgresql+psycopg://postgres:***@127.0.0.1:")
+
+
+def test_streamed_answers_show_characters_not_html_entities() -> None:
+    """The model copies entities from the articles' JSON (&#34;); an entity split across pieces is held back."""
+    from ragidx.cli import _EntityUnescaper
+
+    shown = _EntityUnescaper()
+    pieces = ["Select &#3", "4;Table&#34; and R&", "D, then Tools &gt", "; Options"]
+    assert "".join(shown.feed(p) for p in pieces) + shown.flush() == 'Select "Table" and R&D, then Tools > Options'
+    assert shown.feed("end &am") + shown.flush() == "end &am"  # an unfinished entity at the end is kept as written
