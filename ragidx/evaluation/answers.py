@@ -73,7 +73,6 @@ __all__ = [
     "citation_scores",
     "contains_answer",
     "evaluate_answers",
-    "hotpotqa_kb",
     "load_hotpotqa",
     "load_questions",
     "main",
@@ -218,11 +217,6 @@ def load_hotpotqa(path: str | Path) -> tuple[list[Question], list[Article]]:
     if not questions:
         raise ValueError(f"{path} holds no question")
     return questions, list(articles.values())
-
-
-def hotpotqa_kb(path: str | Path) -> list[Article]:
-    """Only the knowledge base of a HotpotQA-style file (see :func:`load_hotpotqa`)."""
-    return load_hotpotqa(path)[1]
 
 
 def spread(items: Sequence[T], limit: int | None) -> list[T]:
