@@ -20,6 +20,7 @@ from ragidx.agent.workflow import (
     answer_language,
     fence,
     prompt_title,
+    split_not_found,
     to_inline,
 )
 from ragidx.budget import ContextBudget
@@ -63,7 +64,7 @@ def test_auto_mode_calls_the_tool_several_times_and_cites_what_it_read() -> None
     assert len(llm.calls) == 4 and len(answer.budget_reports) == 4  # the hook ran before every LLM call
     assert llm.calls[0].kwargs["tool_choice"] == "auto"
     instruction = text_of(llm.calls[-1].messages[-1])
-    assert "[1] Tables" in instruction and "[2] Charts" in instruction and "NOT_FOUND" in instruction
+    assert "[1] Tables" in instruction and "[2] Charts" in instruction and "do not answer" in instruction
     # the same system prompt opens every call (prefix caching on local servers)
     assert len({text_of(c.messages[0]) for c in llm.calls}) == 1
 
@@ -429,3 +430,28 @@ def test_a_fixed_prompt_cap_holds_without_a_deadline() -> None:
     )
     answer = ask(agent, "Which setting is tuned for table work?")
     assert answer.tokens["prompt_cap"] == 1500 and 1000 < answer.tokens["prompt_per_call"][-1] <= 1500
+
+
+@pytest.mark.parametrize(
+    ("reply", "not_found"),
+    [
+        ("NOT_FOUND", True),
+        ("The articles do not provide information about the pg_stat_io view. [1]", True),
+        ("The information is not mentioned in the sources.", True),
+        ("It cannot be determined from the articles.", True),
+        ("В статьях нет информации об этом.", True),
+        ("The default is 4MB [1]. The articles do not mention the maximum.", False),  # an answer, then a gap
+        ("Yes, both were American [3].", False),
+    ],
+)
+def test_a_reply_that_says_the_articles_do_not_answer_is_not_found(reply: str, not_found: bool) -> None:
+    assert split_not_found(reply)[0] is not_found
+
+
+def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking() -> None:
+    agent, llm = make_agent(["The default of tbl_frobnicate is 1 [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "What is the default of tbl_frobnicate when I insert a table?")
+    assert answer.not_found and not llm.calls  # the model was never asked to invent a value
+    agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I insert a table with Ctrl+F12?")
+    assert not answer.not_found and len(llm.calls) == 1
