@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -34,13 +34,15 @@ DEFAULT_EMBED_MODEL = "minilm"
 LOCAL_ANSWER_DEADLINE_S = 60.0
 
 
-class LLMEndpoint(BaseSettings):
+class LLMEndpoint(BaseModel):
     """One chat model reached through the OpenAI protocol.
 
     ``api_base=None`` means the local packaged model that ragidx starts itself.
     """
 
-    model_config = SettingsConfigDict(extra="forbid")
+    # A plain model: read from the environment only through Settings (RAGIDX_LLM__MODEL), never from bare
+    # variables such as MODEL or API_KEY that other programs set.
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
         default="qwen2.5-1.5b",
@@ -126,7 +128,7 @@ class LLMEndpoint(BaseSettings):
         return self.is_local if self.inline_tool_results is None else self.inline_tool_results
 
 
-class FlashSettings(BaseSettings):
+class FlashSettings(BaseModel):
     """The flash rerank stage: an LLM picks the best articles after the chunk chain (off by default).
 
     Example:
@@ -134,7 +136,9 @@ class FlashSettings(BaseSettings):
         20
     """
 
-    model_config = SettingsConfigDict(extra="forbid")
+    # A plain model: read from the environment only through Settings (RAGIDX_LLM__MODEL), never from bare
+    # variables such as MODEL or API_KEY that other programs set.
+    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=False, description="Run the flash LLM reranker over the retrieved articles.")
     llm: LLMEndpoint | None = Field(

@@ -145,7 +145,7 @@ class Engine:
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
-        deadline = self._answer_deadline(llm, tokens)
+        deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
             make_retrieve_context_tool(self.retriever, cap=cap),
@@ -165,29 +165,6 @@ class Engine:
             deadline=deadline,
             max_prompt_tokens=s.llm.max_prompt_tokens,
         )
-
-    def _answer_deadline(self, llm: Any, tokens: Any) -> Any:
-        """The answer-time target with the model's speed: read from the speed log, else probed once now."""
-        from ragidx.providers.speed import AnswerDeadline, SpeedLog, machine_key, probe_speed
-
-        endpoint = self.settings.llm
-        seconds = endpoint.effective_answer_deadline_s
-        if seconds is None:
-            return None
-        log = SpeedLog(self.settings.model_cache_dir / "speeds.json")
-        if endpoint.is_local:
-            key = machine_key(endpoint.model, self.settings.local_llm_threads)
-        else:
-            key = f"{endpoint.model}|{endpoint.api_base}"
-        speed = log.get(key)
-        if speed is None:
-            try:
-                speed = probe_speed(llm, tokens.count)
-            except Exception as exc:  # the answer still works, only without the time cap
-                logger.warning("could not measure the model's speed (%s); answers are not capped for time", exc)
-                return None
-            log.put(key, speed)
-        return AnswerDeadline(seconds, speed, floor_tokens=endpoint.min_prompt_tokens, log=log, key=key)
 
     @property
     def memory(self) -> Any:

@@ -44,13 +44,6 @@ class NetworkBlockedError(RuntimeError):
 
 
 @pytest.fixture(autouse=True)
-def _no_answer_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No answer-time cap unless a test sets one: the local default would probe the model's speed and keep
-    it in the user's model cache, and a scripted LLM's speed must never land there."""
-    monkeypatch.setenv("RAGIDX_LLM__ANSWER_DEADLINE_S", "0")
-
-
-@pytest.fixture(autouse=True)
 def _block_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail any connection that is not loopback, unless the test is marked ``integration``."""
     if request.node.get_closest_marker("integration"):

@@ -568,7 +568,13 @@ class RagAgent(Workflow):
             if sent_wider > limit:
                 break
             best, sent = wider, sent_wider
-        return best
+        if best is result:
+            return result
+        # Report the call as it is: the real window and its limits, and the tokens actually sent.
+        limits = ("context_window", "trigger_tokens", "target_tokens", "safety_margin_tokens", "hard_limit_tokens")
+        update: dict[str, Any] = {k: getattr(result.report, k) for k in limits}
+        update["tokens_after"] = sent
+        return BudgetResult(messages=best.messages, report=best.report.model_copy(update=update))
 
     def _switch_to_fallback(self, turn: _Turn, reason: str) -> bool:
         if self.fallback_llm is None or turn.fallback_reason is not None:

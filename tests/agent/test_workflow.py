@@ -424,12 +424,22 @@ def test_inline_transport_writes_numbered_readable_articles() -> None:
     assert text_of(out[2]) == "Result of other:\nplain text"
 
 
-def test_a_fixed_prompt_cap_holds_without_a_deadline() -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["tool-messages", "inline"])
+def test_a_fixed_prompt_cap_holds_and_is_used(inline: bool) -> None:
     agent, _ = make_agent(
-        ["Tuned for table work [1]."], tool=long_tool(), tool_mode="forced", plan="never", max_prompt_tokens=1500
+        ["Tuned for table work [1]."],
+        tool=long_tool(),
+        tool_mode="forced",
+        plan="never",
+        max_prompt_tokens=1500,
+        inline_tool_results=inline,
     )
     answer = ask(agent, "Which setting is tuned for table work?")
-    assert answer.tokens["prompt_cap"] == 1500 and 1000 < answer.tokens["prompt_per_call"][-1] <= 1500
+    # inline text drops the JSON keys the hook counts: the room they would take goes to article text
+    assert answer.tokens["prompt_cap"] == 1500 and 1150 < answer.tokens["prompt_per_call"][-1] <= 1500
+    report = answer.budget_reports[-1]
+    assert report.context_window == 1500 + 512 and report.tokens_after <= report.hard_limit_tokens
+    assert abs(report.tokens_after - answer.tokens["prompt_per_call"][-1]) <= 8  # the report tells what was sent
 
 
 @pytest.mark.parametrize(

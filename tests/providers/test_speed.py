@@ -68,18 +68,18 @@ def test_the_probe_times_one_streamed_call_on_a_fresh_prompt() -> None:
     assert llm.calls[0].kwargs.get("max_tokens") == 24 and second.samples == 1
 
 
-def test_the_engine_probes_once_per_machine_and_leaves_endpoints_uncapped(tmp_path: Path) -> None:
-    from ragidx.config import LLMEndpoint, Settings
-    from ragidx.engine import Engine
+def test_the_provider_probes_once_per_machine_and_leaves_endpoints_uncapped(tmp_path: Path) -> None:
+    from ragidx.config import LLMEndpoint
+    from ragidx.providers.llms import LLMProvider
 
+    provider = LLMProvider(model_cache_dir=tmp_path)
     endpoint = LLMEndpoint(model="m", api_base="http://127.0.0.1:9/v1")
-    engine = Engine(Settings(data_dir=tmp_path, model_cache_dir=tmp_path, llm=endpoint))
     llm = ScriptedLLM(["ok"], cycle=True)
     counter = TokenCounter("cl100k_base")
-    assert engine._answer_deadline(llm, counter) is None and not llm.calls  # endpoints: the window rules
+    assert provider.answer_deadline(endpoint, llm, counter) is None and not llm.calls  # endpoints: the window rules
     timed = endpoint.model_copy(update={"answer_deadline_s": 45.0})
-    engine = Engine(Settings(data_dir=tmp_path, model_cache_dir=tmp_path, llm=timed))
-    deadline = engine._answer_deadline(llm, counter)
+    deadline = provider.answer_deadline(timed, llm, counter)
     assert deadline is not None and deadline.deadline_s == 45.0 and len(llm.calls) == 1
-    again = Engine(Settings(data_dir=tmp_path, model_cache_dir=tmp_path, llm=timed))._answer_deadline(llm, counter)
+    again = LLMProvider(model_cache_dir=tmp_path).answer_deadline(timed, llm, counter)
     assert again is not None and again.speed == deadline.speed and len(llm.calls) == 1  # read from the log
+    assert (tmp_path / "speeds.json").is_file()
