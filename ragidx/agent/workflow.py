@@ -208,6 +208,7 @@ class BudgetReportEvent(Event):
 
     report: dict[str, Any]
     call: str = ""
+    expected_s: float | None = None  # how long the model should take over it, from its measured speed
 
 
 class SearchEvent(Event):
@@ -508,7 +509,11 @@ class RagAgent(Workflow):
         turn.reports.append(result.report)
         turn.timings["hook"] += time.perf_counter() - t0
         ctx.write_event_to_stream(
-            BudgetReportEvent(report=result.report.model_dump(mode="json"), call=_call_name(tools))
+            BudgetReportEvent(
+                report=result.report.model_dump(mode="json"),
+                call=_call_name(tools),
+                expected_s=self.deadline.speed.seconds_for(result.report.tokens_after) if self.deadline else None,
+            )
         )
         return turn.messages
 

@@ -465,3 +465,20 @@ def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking(
     agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table with Ctrl+F12?")
     assert not answer.not_found and len(llm.calls) == 1
+
+
+def test_the_answer_prompt_event_says_how_long_the_model_should_take() -> None:
+    from ragidx.agent.workflow import BudgetReportEvent
+
+    deadline = AnswerDeadline(600.0, ModelSpeed(prefill_tps=100.0, decode_tps=10.0, answer_tokens=20.0))
+    agent, _ = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never", deadline=deadline)
+
+    async def run() -> list[BudgetReportEvent]:
+        handler = agent.run(question="How do I insert a table?")
+        events = [ev async for ev in handler.stream_events() if isinstance(ev, BudgetReportEvent)]
+        await handler
+        return events
+
+    (event,) = asyncio.run(run())
+    tokens = event.report["tokens_after"]
+    assert event.call == "answer" and event.expected_s == pytest.approx(tokens / 100.0 + 2.0)
