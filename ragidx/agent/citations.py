@@ -95,10 +95,11 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
 
 
 # Names a question can mention that a knowledge base either has or has not: snake_case and dotted names
-# (``io_method``, ``pg_stat_io``, ``postgresql.conf``), command-line flags (``--incremental``), CamelCase and
-# ALL-CAPS terms (``HNSW``). Plain words are not: documentation paraphrases them.
+# (``io_method``, ``pg_stat_io``, ``postgresql.conf``), command-line flags (``--incremental``), camelCase and
+# ALL-CAPS terms (``HNSW``). Plain words are not (documentation paraphrases them), nor capitalized names
+# such as PostgreSQL or LibreOffice: a product's own pages rarely repeat its name.
 _IDENTIFIER = re.compile(
-    r"(?<![\w-])(--?[A-Za-z][\w-]+|[A-Za-z]\w*(?:[_.][A-Za-z0-9]\w*)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{3,}\d*)(?![\w])"
+    r"(?<![\w-])(--?[A-Za-z][\w-]+|[A-Za-z]\w*(?:[_.][A-Za-z0-9]\w*)+|[a-z]+[A-Z]\w*|[A-Z]{3,}\d*)(?!\w)"
 )
 
 
