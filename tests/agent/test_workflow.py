@@ -482,3 +482,13 @@ def test_the_answer_prompt_event_says_how_long_the_model_should_take() -> None:
     (event,) = asyncio.run(run())
     tokens = event.report["tokens_after"]
     assert event.call == "answer" and event.expected_s == pytest.approx(tokens / 100.0 + 2.0)
+
+
+def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
+    agent, _ = make_agent(["A Writer table holds at most 65,536 rows [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How many rows can a table in Writer hold?")
+    assert answer.not_found and answer.citations == [] and "65,536" in answer.model_text
+    agent, _ = make_agent(["Choose Table > Insert Table, 3 times if you need 3 tables [1]."], tool_mode="forced",
+                          plan="never")  # fmt: skip
+    answer = ask(agent, "How do I insert 3 tables?")  # the question itself gives the number
+    assert not answer.not_found
