@@ -13,7 +13,9 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
 from ragidx.agent.workflow import AnswerDeltaEvent, LLMRequestError, LLMUnavailableError, to_inline
+from ragidx.article import Article, SearchResult
 from ragidx.budget import ContextBudget
+from ragidx.budget.dedup import dedupe_articles
 from tests.agent.helpers import make_agent, make_tool
 from tests.fakes.scripted_llm import RecordedCall, ScriptedLLM, ToolCall, text_of
 
@@ -305,19 +307,15 @@ def test_answer_is_streamed() -> None:
 
 
 def test_inline_transport_writes_numbered_readable_articles() -> None:
-    payload = {
-        "articles": [
-            {"kb_id": "b", "title": "Beta", "url": "u", "content": "Beta text.", "metadata": {"rerank_score": 0.5}},
-            {"kb_id": "a", "title": "Alpha", "url": "u", "content": "Alpha text.", "metadata": {"rerank_score": 0.9}},
-        ],
-        "metadata": {},
-    }
+    beta = Article("b", "Beta", "u", "Beta text.", metadata={"rerank_score": 0.5})
+    alpha = Article("a", "Alpha", "u", "Alpha text.", metadata={"rerank_score": 0.9})
+    kwargs = {"tool_call_id": "c1", "name": "retrieve_context"}
     msgs = [
         ChatMessage(role=MessageRole.USER, content="q"),
-        ChatMessage(role=MessageRole.TOOL, content=json.dumps(payload), additional_kwargs={"name": "retrieve_context"}),
+        ChatMessage(role=MessageRole.TOOL, content="(the tool's JSON)", additional_kwargs=kwargs),
         ChatMessage(role=MessageRole.TOOL, content="plain text", additional_kwargs={"name": "other"}),
     ]
-    out = to_inline(msgs)
+    out = to_inline(msgs, {"c1": SearchResult((beta, alpha))}, dedupe_articles([[beta, alpha]]))
     assert [m.role for m in out] == [MessageRole.USER] * 3
     # numbered by the deduplicated ranking (Alpha scores higher), kept in the result's own order
     assert text_of(out[1]) == "Result of retrieve_context:\n[2] Beta\nBeta text.\n\n[1] Alpha\nAlpha text."
