@@ -21,10 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.article import SearchResult
 from ragidx.budget.messages import call_id, message_text
+from ragidx.providers.chat import ChatCaller
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = ["MEMORY_PROMPT", "SUMMARY_PREFIX", "ConversationMemory", "MemoryResult"]
@@ -94,28 +96,10 @@ class ConversationMemory:
             cut -= 1  # keep the assistant tool-call message with its results
         return lead, max(cut, lead)
 
-    def summarize(
-        self,
-        history: Sequence[ChatMessage],
-        *,
-        question: str = "",
-        summary_tokens: int | None = None,
-        results: Mapping[str, SearchResult] | None = None,
-    ) -> MemoryResult:
-        lead, cut = self.cut_index(history)
-        if cut <= lead:
-            return MemoryResult(list(history), 0, 0, "none")
-        size = summary_tokens or self.summary_tokens
-        lines = self._lines(history[lead:cut], results or {})
-        summary, method = None, "extractive"
-        if self.llm is not None:
-            try:
-                reply = self.llm.chat(self._prompt(lines, question, size))
-                summary, method = (reply.message.content or "").strip() or None, "llm"
-            except Exception as exc:
-                logger.warning("memory summary by LLM failed, using extractive: %s", exc)
-                method = "extractive_fallback"
-        return self._result(history, lead, cut, summary, lines, size, method)
+    def summarize(self, history: Sequence[ChatMessage], **kwargs: Any) -> MemoryResult:
+        """``asummarize`` from synchronous code (same keyword arguments)."""
+        result: MemoryResult = asyncio_run(self.asummarize(history, **kwargs))
+        return result
 
     async def asummarize(
         self,
@@ -133,7 +117,7 @@ class ConversationMemory:
         summary, method = None, "extractive"
         if self.llm is not None:
             try:
-                reply = await self.llm.achat(self._prompt(lines, question, size))
+                reply = await ChatCaller(self.llm, retries=0).achat(self._prompt(lines, question, size))
                 summary, method = (reply.message.content or "").strip() or None, "llm"
             except Exception as exc:
                 logger.warning("memory summary by LLM failed, using extractive: %s", exc)
