@@ -40,8 +40,8 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
-from ragidx.budget import ContextBudget, PromptAccountant
 from ragidx.article import Article, SearchResult
+from ragidx.budget import ContextBudget, PromptAccountant
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 

@@ -42,7 +42,6 @@ from llama_index.core.instrumentation import get_dispatcher
 from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget.accounting import PromptAccountant, WindowLimits
 from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, thresholds_for_window
-from ragidx.budget.cap import RetrievalCap
 from ragidx.budget.compressor import ArticleCompressor, acompress_many
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.memory import ConversationMemory, MemoryResult
@@ -50,6 +49,7 @@ from ragidx.budget.messages import call_id, message_text, tool_results, with_res
 from ragidx.budget.report import BudgetReport, ContextBudgetEvent
 from ragidx.budget.run import BudgetRun, Renderer
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.tools.cap import RetrievalCap
 
 __all__ = ["REFERENCE_KEY", "BudgetResult", "ContextBudget", "Fit", "Renderer"]
 

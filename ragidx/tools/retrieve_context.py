@@ -31,10 +31,10 @@ from typing import Any, Protocol
 from llama_index.core.tools import FunctionTool
 
 from ragidx.article import MATCHED_CHUNKS, Article, SearchResult
+from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
     "TOOL_NAME",
-    "ArticleLimit",
     "ArticleSearch",
     "articles_to_json",
     "error_json",
@@ -61,12 +61,6 @@ class ArticleSearch(Protocol):
     def retrieve(self, query: str, top_k: int | None = None) -> list[Article]: ...
 
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]: ...
-
-
-class ArticleLimit(Protocol):
-    """How many articles the next search may return (``ragidx.budget.RetrievalCap`` is one)."""
-
-    def limit(self, top_k: int) -> int: ...
 
 
 def search_result(articles: Sequence[Article], query: str, top_k: int | None) -> SearchResult:
@@ -105,7 +99,7 @@ def _coerce_top_k(top_k: Any) -> int | None:
     return value
 
 
-def make_retrieve_context_tool(retriever: ArticleSearch, cap: ArticleLimit | None = None) -> FunctionTool:
+def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | None = None) -> FunctionTool:
     """A LlamaIndex ``FunctionTool`` named ``retrieve_context`` over ``retriever`` (sync and async).
 
     Its ``ToolOutput.raw_output`` is the ``SearchResult`` (the articles as objects, for the agent) and

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article, SearchResult
-from ragidx.budget.cap import RetrievalCap
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
+from ragidx.tools.cap import RetrievalCap
 from ragidx.tools.retrieve_context import TOOL_NAME, make_retrieve_context_tool
 from tests.retrieval.helpers import build_kb
 
