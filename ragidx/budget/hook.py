@@ -262,11 +262,12 @@ class ContextBudget:
         )
         c = BudgetRun(render, tools, self.accountant, limits, t, self.fallback_context_window)
         c.use(messages, results)
+        total = c.send()
         fixed = c.fixed_tokens()
         c.report = BudgetReport.start(
             limits, t, fixed_tokens=fixed, compressor=getattr(self.compressor, "name", type(self.compressor).__name__)
         )
-        c.report.tokens_before = c.send()
+        c.report.tokens_before = total
         if c.total <= limits.trigger and not self._memory_needed(c) and not c.table.repeats:
             c.report.path.append("under_trigger")
             c.done = True

@@ -80,12 +80,13 @@ class BudgetRun:
         self.table = ArticleTable({k: results[k] for k in live}, self.tokens)
 
     def fixed_tokens(self) -> int:
-        """The prompt with no material: system messages, the question and what the renderer adds (system
-        prompt, instruction), as rendered. Raises ``ContextWindowTooSmallError`` when it cannot fit."""
+        """The prompt with no material (after ``send``): system messages, the question and what the renderer
+        adds (system prompt, instruction), as rendered. Raises ``ContextWindowTooSmallError`` if it can't fit."""
         msgs, q = self.messages, self.q_idx
-        fixed = self.acc.count_prompt(
-            self.render([m for m in msgs[:q] if m.role == MessageRole.SYSTEM] + msgs[q:][:1], {}, []), tools=self.tools
-        )
+        parts = [m for m in msgs[:q] if m.role == MessageRole.SYSTEM] + msgs[q:][:1]
+        # Before any material arrives the prompt is its fixed part: counted once, by ``send``.
+        same = len(parts) == len(msgs) and not self.rewritten
+        fixed = self.total if same else self.acc.count_prompt(self.render(parts, {}, []), tools=self.tools)
         if fixed > self.limits.hard_limit:
             tool_tokens = self.acc.count_tools(self.tools)
             question_tokens = self.acc.count_message(msgs[q]) if q < len(msgs) else 0
