@@ -161,30 +161,21 @@ class ArticleTable:
     def outcomes(self) -> list[ArticleOutcome]:
         """One outcome per entry (best first), then one per reference."""
         out = [
-            ArticleOutcome(
-                kb_id=e.key,
-                title=e.article.title,
-                normalized_rank=float(e.article.metadata[NORMALIZED_RANK]),
-                article_rank=e.rank,
-                tokens_before=e.raw_tokens,
-                allocated=e.allocated,
-                tokens_after=e.tokens if e.status != "dropped" else 0,
-                status=e.status,
-                fallback_reason=e.fallback_reason,
+            _outcome(
+                e, e.raw_tokens, e.tokens if e.status != "dropped" else 0, e.status, e.allocated, e.fallback_reason
             )
             for e in self.ranked()
         ]
         for slots in self.slots.values():
-            for s in (s for s in slots if s.ref):
-                e = self.entries[s.key]
-                out.append(
-                    ArticleOutcome(
-                        kb_id=s.key,
-                        title=e.article.title,
-                        normalized_rank=float(e.article.metadata[NORMALIZED_RANK]),
-                        article_rank=e.rank,
-                        tokens_before=s.original_tokens,
-                        status="reference",
-                    )
-                )
+            out += [_outcome(self.entries[s.key], s.original_tokens, 0, "reference") for s in slots if s.ref]
         return out
+
+
+def _outcome(
+    e: Entry, before: int, after: int, status: ArticleStatus, allocated: int | None = None, reason: str | None = None
+) -> ArticleOutcome:
+    rank = float(e.article.metadata[NORMALIZED_RANK])
+    return ArticleOutcome(
+        kb_id=e.key, title=e.article.title, normalized_rank=rank, article_rank=e.rank, tokens_before=before,
+        allocated=allocated, tokens_after=after, status=status, fallback_reason=reason,
+    )  # fmt: skip

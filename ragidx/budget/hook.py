@@ -246,7 +246,7 @@ class ContextBudget:
         context_window: int,
         max_output_tokens: int,
     ) -> BudgetRun:
-        t = thresholds_for_window(
+        thresholds = thresholds_for_window(
             context_window,
             trigger_pct=self.trigger_pct,
             target_pct=self.target_pct,
@@ -257,16 +257,28 @@ class ContextBudget:
             context_window,
             max_output_tokens=max_output_tokens,
             margin_pct=self.safety_margin_pct,
-            trigger_pct=t.trigger_pct,
-            target_pct=t.target_pct,
+            trigger_pct=thresholds.trigger_pct,
+            target_pct=thresholds.target_pct,
         )
-        c = BudgetRun(render, tools, self.accountant, limits, t, self.fallback_context_window)
+        c = BudgetRun(render, tools, self.accountant, limits, thresholds, self.fallback_context_window)
         c.use(messages, results)
         total = c.send()
         fixed = c.fixed_tokens()
-        c.report = BudgetReport.start(
-            limits, t, fixed_tokens=fixed, compressor=getattr(self.compressor, "name", type(self.compressor).__name__)
+        report = BudgetReport(
+            context_window=context_window,
+            trigger_pct=thresholds.trigger_pct,
+            target_pct=thresholds.target_pct,
+            trigger_tokens=limits.trigger,
+            target_tokens=limits.target,
+            safety_margin_pct=self.safety_margin_pct,
+            safety_margin_tokens=limits.margin,
+            reserved_output_tokens=max_output_tokens,
+            hard_limit_tokens=limits.hard_limit,
+            fixed_tokens=fixed,
+            min_article_tokens=thresholds.min_article_tokens,
+            compressor=getattr(self.compressor, "name", type(self.compressor).__name__),
         )
+        c.report = report
         c.report.tokens_before = total
         if c.total <= limits.trigger and not self._memory_needed(c) and not c.table.repeats:
             c.report.path.append("under_trigger")

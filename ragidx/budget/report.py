@@ -17,9 +17,6 @@ from typing import Literal
 from llama_index.core.instrumentation.events.base import BaseEvent
 from pydantic import BaseModel, Field
 
-from ragidx.budget.accounting import WindowLimits
-from ragidx.budget.allocation import BudgetThresholds
-
 __all__ = [
     "ArticleOutcome",
     "ArticleStatus",
@@ -90,26 +87,6 @@ class BudgetReport(BaseModel):
     @property
     def changed(self) -> bool:
         return not (self.path == ["under_trigger"] or self.path == ["nothing_to_compress"])
-
-    @classmethod
-    def start(
-        cls, limits: WindowLimits, thresholds: BudgetThresholds, *, fixed_tokens: int, compressor: str
-    ) -> BudgetReport:
-        """A report of one call's limits, before anything is decided."""
-        return cls(
-            context_window=limits.context_window,
-            trigger_pct=thresholds.trigger_pct,
-            target_pct=thresholds.target_pct,
-            trigger_tokens=limits.trigger,
-            target_tokens=limits.target,
-            safety_margin_pct=limits.margin_pct,
-            safety_margin_tokens=limits.margin,
-            reserved_output_tokens=limits.max_output_tokens,
-            hard_limit_tokens=limits.hard_limit,
-            fixed_tokens=fixed_tokens,
-            min_article_tokens=thresholds.min_article_tokens,
-            compressor=compressor,
-        )
 
 
 class ContextBudgetEvent(BaseEvent):
