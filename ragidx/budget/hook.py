@@ -194,7 +194,7 @@ class ContextBudget:
             ContextWindowTooSmallError: The fixed part of the prompt cannot fit the window.
         """
         c = self._begin(messages, results, render, tools, context_window, max_output_tokens)
-        q = question if question is not None else message_text(c.messages[c.q_idx]) if c.q_idx < len(messages) else ""
+        q = question if question is not None else message_text(c.messages[c.q_idx]) if c.q_idx < len(c.messages) else ""
         if not c.done and self._memory_needed(c):
             size = max(64, min(self.memory.summary_tokens, context_window // 10))
             history = c.messages[: c.q_idx]
