@@ -333,6 +333,10 @@ class RagAgent(Workflow):
         turn.results = kept if kept is not None else tool_results(history)  # a history from outside: read once
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
         turn.shrink = self._learned_shrink.get(model_name(self.llm), 0)
+        if self.budget.cap is not None:
+            # The cap limits later searches of a turn by the room its prompt has left; a new question's first
+            # search must not inherit the last answer's (a full 1K-token prompt left room for one article).
+            self.budget.cap.set(None)
         if self.tool_mode == "forced":
             if self.plan == "never":
                 return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
