@@ -432,6 +432,9 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
+        if not not_found and _echoes_sources(cleaned, sources):
+            logger.info("the model only repeated the source list: answering not found")
+            not_found = True
         invented = [] if not_found else ungrounded_numbers(cleaned, sources, turn.question)
         if invented:
             logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
@@ -727,6 +730,14 @@ def _call_name(tools: Sequence[Any] | None) -> str:
 
 def _source_lines(sources: Sequence[Article]) -> str:
     return "\n".join(f"[{i}] {prompt_title(a.title or a.kb_id)}" for i, a in enumerate(sources, start=1))
+
+
+def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
+    """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts"): a small model's way of having
+    nothing to say about an off-topic question."""
+    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))) for a in sources}
+    lines = [re.sub(r"^\[\d+\]\s*", "", line.strip()) for line in text.splitlines() if line.strip()]
+    return bool(lines) and all(line in titles for line in lines)
 
 
 def _answer_prompt(question: str, sources: Sequence[Article]) -> str:

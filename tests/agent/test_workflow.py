@@ -556,3 +556,9 @@ def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
                           plan="never")  # fmt: skip
     answer = ask(agent, "How do I insert 3 tables?")  # the question itself gives the number
     assert not answer.not_found
+
+
+def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
+    agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I print a table?")
+    assert answer.not_found and answer.citations == []
