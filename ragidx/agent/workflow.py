@@ -410,10 +410,10 @@ class RagAgent(Workflow):
     @step
     async def answer(self, ctx: Context, ev: AnswerEvent) -> StopEvent:
         turn: _Turn = ev.turn
-        if not any(a.content and not a.metadata.get(SEE_ABOVE) for r in turn.results.values() for a in r.articles):
-            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
         # Whole, as retrieved: what the gate checks the question's names against.
         retrieved = [a.to_dict() for r in turn.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)]
+        if not any(a["content"] for a in retrieved):
+            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
 
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
