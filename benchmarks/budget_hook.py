@@ -1,4 +1,4 @@
-"""Overhead of the context-budget hook: ``ContextBudget.apply`` on 20 real articles, extractive compressor.
+"""Overhead of the context-budget hook: ``ContextBudget.fit`` on 20 real articles, extractive compressor.
 
 The articles are LibreOffice help pages (``--kb``) of realistic size (300-3000 tokens each, a fixed
 sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeats between them, after a
@@ -41,7 +41,8 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.article import Article, SearchResult
-from ragidx.budget import ContextBudget, PromptAccountant
+from ragidx.budget import ContextBudget, Fit, PromptAccountant
+from ragidx.budget.messages import tool_results, with_results
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -169,7 +170,8 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         "You answer questions about LibreOffice from the knowledge-base articles that the "
         "retrieve_context tool returns. Cite every claim with the article's title and URL. " * 15
     )
-    prompt_tokens = acc.count_prompt(messages, system_prompt=system_prompt, tools=[TOOL_SPEC])
+    system = ChatMessage(role=MessageRole.SYSTEM, content=system_prompt)
+    prompt_tokens = acc.count_prompt([system, *messages], tools=[TOOL_SPEC])
     result: dict[str, Any] = {
         "benchmark": "budget_hook",
         "tokenizer": tokens.encoding_name,
@@ -182,13 +184,14 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
         "windows": {},
     }
 
-    def call_kwargs(window: int) -> dict[str, Any]:
-        return {
-            "system_prompt": system_prompt,
-            "tools": [TOOL_SPEC],
-            "context_window": window,
-            "max_output_tokens": 512,
-        }
+    def hook(budget: ContextBudget, window: int) -> Fit:
+        """The budget on the conversation as messages (as ``BudgetedLLM`` runs it): results read once."""
+        results = tool_results(messages)
+
+        def render(conversation: Any, sent: Any, _: Any) -> list[ChatMessage]:
+            return [system, *with_results(conversation, sent, results)]
+
+        return budget.fit(messages, results, render, tools=[TOOL_SPEC], context_window=window, max_output_tokens=512)
 
     # cold: a fresh budget, as when new tool results arrive;
     # warm: the same budget again, as on the next LLM call of the turn with the same messages.
@@ -198,22 +201,21 @@ def run(args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
     for _ in range(args.repeats):
         for window in WINDOWS:
             fresh = ContextBudget(new_counter(), fallback_context_window=131072)
-            _, wall_ms, cpu_ms = timed(fresh.apply, messages, **call_kwargs(window))
+            _, wall_ms, cpu_ms = timed(hook, fresh, window)
             cold[window].append((wall_ms, cpu_ms))
     budgets = {w: ContextBudget(new_counter(), fallback_context_window=131072) for w in WINDOWS}
     for _ in range(args.warmup):
         for window in WINDOWS:
-            budgets[window].apply(messages, **call_kwargs(window))
+            hook(budgets[window], window)
     warm: dict[int, list[tuple[float, float]]] = {w: [] for w in WINDOWS}
     outs = {}
     for _ in range(args.repeats):
         for window in WINDOWS:
-            outs[window], wall_ms, cpu_ms = timed(budgets[window].apply, messages, **call_kwargs(window))
+            outs[window], wall_ms, cpu_ms = timed(hook, budgets[window], window)
             warm[window].append((wall_ms, cpu_ms))
     for window in WINDOWS:
         out = outs[window]
-        sent = out.messages if out.messages is not None else messages
-        after = acc.count_prompt(sent, system_prompt=system_prompt, tools=[TOOL_SPEC])
+        after = acc.count_prompt(out.messages, tools=[TOOL_SPEC])
         cold_wall, cold_cpu = [t for t, _ in cold[window]], [c for _, c in cold[window]]
         times, cpu = [t for t, _ in warm[window]], [c for _, c in warm[window]]
         result["windows"][str(window)] = {

@@ -22,9 +22,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -41,8 +42,9 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import BaseTool
 from pydantic import PrivateAttr
 
+from ragidx.article import SearchResult
 from ragidx.budget import ContextBudget
-from ragidx.budget.messages import message_text
+from ragidx.budget.messages import message_text, tool_results, with_results
 from ragidx.budget.report import BudgetReport
 
 __all__ = ["BudgetedLLM"]
@@ -99,35 +101,25 @@ class BudgetedLLM(FunctionCallingLLM):
         return self._reports
 
     # --- the budget ---------------------------------------------------------------------------------
-    def _split(self, messages: Sequence[ChatMessage]) -> tuple[str | None, list[ChatMessage], str | None]:
+    async def abudget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
+        """The messages that will be sent for this call: the system messages first, then the conversation
+        with its search results (read once) budgeted and written back as JSON."""
         system = [m for m in messages if m.role == MessageRole.SYSTEM]
         rest = [m for m in messages if m.role != MessageRole.SYSTEM]
-        question = next((message_text(m) for m in reversed(rest) if m.role == MessageRole.USER), None)
-        return ("\n\n".join(message_text(m) for m in system) or None), rest, question
+        results = tool_results(rest)
 
-    def _kwargs(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None) -> dict[str, Any]:
-        system, rest, question = self._split(messages)
-        return {
-            "messages": rest,
-            "system_prompt": system,
-            "tools": tools,
-            "question": question,
-            "context_window": self._window,
-            "max_output_tokens": self._max_out,
-        }
+        def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
+            return [*system, *with_results(conversation, sent, results)]
 
-    def _sent(self, messages: Sequence[ChatMessage], result: Any) -> list[ChatMessage]:
-        self._reports.append(result.report)
-        budgeted = result.messages if result.messages is not None else self._split(messages)[1]
-        system = [m for m in messages if m.role == MessageRole.SYSTEM]
-        return [*system, *budgeted]
+        limits = {"context_window": self._window, "max_output_tokens": self._max_out}
+        fit = await self._budget.afit(rest, results, render, tools=tools, **limits)
+        self._reports.append(fit.report)
+        return fit.messages
 
     def budget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
-        """The messages that will be sent for this call (system messages first)."""
-        return self._sent(messages, self._budget.apply(**self._kwargs(messages, tools)))
-
-    async def abudget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
-        return self._sent(messages, await self._budget.aapply(**self._kwargs(messages, tools)))
+        """``abudget`` from synchronous code."""
+        sent: list[ChatMessage] = asyncio_run(self.abudget(messages, tools))
+        return sent
 
     # --- chat ----------------------------------------------------------------------------------------
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:

@@ -4,23 +4,23 @@ Example:
     >>> from ragidx.budget import ContextBudget, RetrievalCap
     >>> cap = RetrievalCap()
     >>> budget = ContextBudget(cap=cap)
-    >>> budget.apply([], context_window=8192, max_output_tokens=512).messages is None
-    True
+    >>> budget.fit([], {}, lambda conversation, results, articles: list(conversation),
+    ...            context_window=8192, max_output_tokens=512).changed
+    False
 """
 
-from ragidx.budget.accounting import PromptAccountant, WindowLimits, tool_specs
+from ragidx.budget.accounting import PromptAccountant, tool_specs
 from ragidx.budget.allocation import (
-    BudgetThresholds,
+    WindowLimits,
     adaptive_min_tokens,
     allocate_article_budgets,
     rank_share,
     suggest_article_cap,
-    thresholds_for_window,
 )
-from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many, compress_many
+from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many
 from ragidx.budget.dedup import dedupe_articles, dedupe_keyed
 from ragidx.budget.extractive import ExtractiveCompressor
-from ragidx.budget.hook import REFERENCE_KEY, BudgetResult, ContextBudget, Fit, Renderer
+from ragidx.budget.hook import REFERENCE_KEY, ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory, MemoryResult
 from ragidx.budget.report import ArticleOutcome, BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
@@ -32,8 +32,6 @@ __all__ = [
     "ArticleCompressor",
     "ArticleOutcome",
     "BudgetReport",
-    "BudgetResult",
-    "BudgetThresholds",
     "ContextBudget",
     "ContextBudgetEvent",
     "ContextWindowTooSmallError",
@@ -50,11 +48,9 @@ __all__ = [
     "acompress_many",
     "adaptive_min_tokens",
     "allocate_article_budgets",
-    "compress_many",
     "dedupe_articles",
     "dedupe_keyed",
     "rank_share",
     "suggest_article_cap",
-    "thresholds_for_window",
     "tool_specs",
 ]

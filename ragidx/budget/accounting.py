@@ -1,4 +1,4 @@
-"""Token accounting of everything an LLM call sends: system prompt, tool schemas, messages.
+"""Token accounting of everything an LLM call sends: tool schemas and messages.
 
 Counts use tiktoken (``TokenCounter``); the real model's tokenizer differs, so the budget keeps a
 safety margin (a share of the window) on top, and reserves the answer's output tokens. A message
@@ -15,9 +15,7 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ThinkingBlock, ToolCallBlock
@@ -29,7 +27,6 @@ __all__ = [
     "NON_TEXT_BLOCK_TOKENS",
     "REPLY_PRIMING_TOKENS",
     "PromptAccountant",
-    "WindowLimits",
     "tool_specs",
 ]
 
@@ -58,72 +55,12 @@ def tool_specs(tools: Sequence[Any] | None) -> list[dict[str, Any]]:
     return specs
 
 
-@dataclass(frozen=True)
-class WindowLimits:
-    """The token limits of one call.
-
-    ``hard_limit`` is the most prompt tokens allowed: the window minus the safety margin and the reserved
-    output. ``trigger`` and ``target`` never exceed it.
-
-    Example:
-        >>> lim = WindowLimits.compute(8192, max_output_tokens=512, margin_pct=0.05,
-        ...                            trigger_pct=0.75, target_pct=0.70)
-        >>> (lim.margin, lim.hard_limit, lim.trigger, lim.target)
-        (410, 7270, 6144, 5734)
-    """
-
-    context_window: int
-    max_output_tokens: int
-    margin_pct: float
-    margin: int
-    hard_limit: int
-    trigger_pct: float
-    target_pct: float
-    trigger: int
-    target: int
-
-    @classmethod
-    def compute(
-        cls,
-        context_window: int,
-        *,
-        max_output_tokens: int,
-        margin_pct: float,
-        trigger_pct: float,
-        target_pct: float,
-    ) -> WindowLimits:
-        if context_window <= 0:
-            raise ValueError(f"context_window must be positive, got {context_window}")
-        if max_output_tokens < 0:
-            raise ValueError(f"max_output_tokens must be >= 0, got {max_output_tokens}")
-        if not 0 <= margin_pct < 0.5:
-            raise ValueError(f"safety margin must be in [0, 0.5), got {margin_pct}")
-        if not 0 < target_pct <= trigger_pct <= 1:
-            raise ValueError(f"need 0 < target_pct <= trigger_pct <= 1, got target {target_pct}, trigger {trigger_pct}")
-        margin = math.ceil(context_window * margin_pct)
-        hard = context_window - margin - max_output_tokens
-        trigger = min(int(context_window * trigger_pct), hard)
-        # When the hard limit binds, keep the target the same fraction below the trigger.
-        target = min(int(context_window * target_pct), int(hard * target_pct / trigger_pct))
-        return cls(
-            context_window=context_window,
-            max_output_tokens=max_output_tokens,
-            margin_pct=margin_pct,
-            margin=margin,
-            hard_limit=hard,
-            trigger_pct=trigger_pct,
-            target_pct=target_pct,
-            trigger=trigger,
-            target=max(0, target),
-        )
-
-
 class PromptAccountant:
     """Counts the tokens of a whole prompt the way the budget sees it.
 
     Example:
         >>> acc = PromptAccountant()
-        >>> acc.count_prompt([], system_prompt="Be brief.", tools=None)
+        >>> acc.count_prompt([ChatMessage(role="system", content="Be brief.")])
         10
     """
 
@@ -137,9 +74,6 @@ class PromptAccountant:
         self.tokens = token_counter or TokenCounter()
         self.message_overhead = message_overhead
         self.reply_priming = reply_priming
-
-    def count_text(self, text: str) -> int:
-        return self.tokens.count(text)
 
     def count_message(self, message: ChatMessage) -> int:
         """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead."""
@@ -162,15 +96,6 @@ class PromptAccountant:
             total += self.tokens.count(f"{extra.get('tool_call_id', '')}{extra.get('name', '')}")
         return total
 
-    def count_messages(self, messages: Sequence[ChatMessage]) -> int:
-        return sum(self.count_message(m) for m in messages)
-
-    def count_system(self, system_prompt: str | None) -> int:
-        """A system prompt passed beside the messages costs what a system message would."""
-        if not system_prompt:
-            return 0
-        return self.message_overhead + self.tokens.count(system_prompt)
-
     def count_tools(self, tools: Sequence[Any] | None) -> int:
         """Tool schemas are sent as JSON of their OpenAI function specs."""
         specs = tool_specs(tools)
@@ -178,17 +103,6 @@ class PromptAccountant:
             return 0
         return self.tokens.count(json.dumps(specs, ensure_ascii=False))
 
-    def count_prompt(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        system_prompt: str | None = None,
-        tools: Sequence[Any] | None = None,
-    ) -> int:
-        """Everything sent: reply priming + system prompt + tool schemas + all messages."""
-        return (
-            self.reply_priming
-            + self.count_system(system_prompt)
-            + self.count_tools(tools)
-            + self.count_messages(messages)
-        )
+    def count_prompt(self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] | None = None) -> int:
+        """Everything sent: reply priming + tool schemas + all messages."""
+        return self.reply_priming + self.count_tools(tools) + sum(self.count_message(m) for m in messages)

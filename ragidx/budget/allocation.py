@@ -1,4 +1,4 @@
-"""Rank-proportional token allocation, thresholds for small windows, and the retrieval cap.
+"""The room of one call and its share per article: window limits, rank-proportional allocation, the cap.
 
 An article's wish is a share of its own tokens, linear in its normalized rank: 80% at rank 0.0 down to
 30% at rank 1.0. Wishes are scaled by one common factor so the allocations fill the budget, each
@@ -13,18 +13,18 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "ABSOLUTE_MIN_ARTICLE_TOKENS",
     "SMALL_WINDOW_TOKENS",
-    "BudgetThresholds",
+    "WindowLimits",
     "adaptive_min_tokens",
     "allocate_article_budgets",
     "rank_share",
     "suggest_article_cap",
-    "thresholds_for_window",
 ]
 
 SMALL_WINDOW_TOKENS = 16_384
@@ -38,39 +38,73 @@ WORST_SHARE = 0.3
 
 
 @dataclass(frozen=True)
-class BudgetThresholds:
-    """When the budget acts (``trigger_pct``), what it aims for (``target_pct``), the per-article floor.
+class WindowLimits:
+    """The token limits of one call.
+
+    ``hard_limit`` is the most prompt tokens allowed: the window minus the safety margin and the reserved
+    output. ``trigger`` and ``target`` never exceed it. A window under ``small_window_tokens`` acts earlier
+    (75% / 70%) with a per-article minimum of 1% of the window (at least 100, at most the configured one).
 
     Example:
-        >>> thresholds_for_window(8192)
-        BudgetThresholds(trigger_pct=0.75, target_pct=0.7, min_article_tokens=100, small_window=True)
+        >>> lim = WindowLimits.compute(8192, max_output_tokens=512)
+        >>> (lim.trigger_pct, lim.target_pct, lim.min_article_tokens)
+        (0.75, 0.7, 100)
+        >>> (lim.margin, lim.hard_limit, lim.trigger, lim.target)
+        (410, 7270, 6144, 5734)
     """
 
+    context_window: int
+    max_output_tokens: int
+    margin_pct: float
+    margin: int
+    hard_limit: int
     trigger_pct: float
     target_pct: float
+    trigger: int
+    target: int
     min_article_tokens: int
-    small_window: bool = False
 
-
-def thresholds_for_window(
-    context_window: int,
-    *,
-    trigger_pct: float = 0.85,
-    target_pct: float = 0.80,
-    min_article_tokens: int = 300,
-    small_window_tokens: int = SMALL_WINDOW_TOKENS,
-) -> BudgetThresholds:
-    """Thresholds for ``context_window``; below ``small_window_tokens`` act earlier (75% / 70%) with a
-    minimum of 1% of the window (at least 100, at most ``min_article_tokens``)."""
-    if context_window >= small_window_tokens:
-        return BudgetThresholds(trigger_pct, target_pct, min_article_tokens, small_window=False)
-    small_min = max(ABSOLUTE_MIN_ARTICLE_TOKENS, int(context_window * 0.01))
-    return BudgetThresholds(
-        trigger_pct=min(trigger_pct, 0.75),
-        target_pct=min(target_pct, 0.70),
-        min_article_tokens=min(min_article_tokens, small_min),
-        small_window=True,
-    )
+    @classmethod
+    def compute(
+        cls,
+        context_window: int,
+        *,
+        max_output_tokens: int,
+        margin_pct: float = 0.05,
+        trigger_pct: float = 0.85,
+        target_pct: float = 0.80,
+        min_article_tokens: int = 300,
+        small_window_tokens: int = SMALL_WINDOW_TOKENS,
+    ) -> WindowLimits:
+        if context_window <= 0:
+            raise ValueError(f"context_window must be positive, got {context_window}")
+        if max_output_tokens < 0:
+            raise ValueError(f"max_output_tokens must be >= 0, got {max_output_tokens}")
+        if not 0 <= margin_pct < 0.5:
+            raise ValueError(f"safety margin must be in [0, 0.5), got {margin_pct}")
+        if not 0 < target_pct <= trigger_pct <= 1:
+            raise ValueError(f"need 0 < target_pct <= trigger_pct <= 1, got target {target_pct}, trigger {trigger_pct}")
+        if context_window < small_window_tokens:
+            trigger_pct, target_pct = min(trigger_pct, 0.75), min(target_pct, 0.70)
+            small_min = max(ABSOLUTE_MIN_ARTICLE_TOKENS, int(context_window * 0.01))
+            min_article_tokens = min(min_article_tokens, small_min)
+        margin = math.ceil(context_window * margin_pct)
+        hard = context_window - margin - max_output_tokens
+        trigger = min(int(context_window * trigger_pct), hard)
+        # When the hard limit binds, keep the target the same fraction below the trigger.
+        target = min(int(context_window * target_pct), int(hard * target_pct / trigger_pct))
+        return cls(
+            context_window=context_window,
+            max_output_tokens=max_output_tokens,
+            margin_pct=margin_pct,
+            margin=margin,
+            hard_limit=hard,
+            trigger_pct=trigger_pct,
+            target_pct=target_pct,
+            trigger=trigger,
+            target=max(0, target),
+            min_article_tokens=min_article_tokens,
+        )
 
 
 def rank_share(normalized_rank: float) -> float:

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from ragidx.article import Article
 from ragidx.providers.tokenizer import TokenCounter
 
-__all__ = ["ArticleCompressor", "TruncateCompressor", "acompress_many", "compress_many"]
+__all__ = ["ArticleCompressor", "TruncateCompressor", "acompress_many"]
 
 
 @runtime_checkable
@@ -34,29 +34,6 @@ class ArticleCompressor(Protocol):
     async def acompress(self, article: Article, target_tokens: int, question: str) -> str: ...
 
 
-def compress_many(
-    compressor: ArticleCompressor, articles: Sequence[Article], targets: Sequence[int], question: str
-) -> list[str | BaseException]:
-    """Compress each article in turn; an exception is returned in its slot instead of raised.
-
-    A compressor with its own ``compress_many(articles, targets, question)`` (e.g. to share term
-    statistics across articles) is used as is.
-    """
-    own = getattr(compressor, "compress_many", None)
-    if callable(own):
-        try:
-            return list(own(articles, targets, question))
-        except Exception as exc:  # the whole batch failed: every slot falls back
-            return [exc] * len(articles)
-    out: list[str | BaseException] = []
-    for article, target in zip(articles, targets, strict=True):
-        try:
-            out.append(compressor.compress(article, target, question))
-        except Exception as exc:
-            out.append(exc)
-    return out
-
-
 async def acompress_many(
     compressor: ArticleCompressor,
     articles: Sequence[Article],
@@ -65,7 +42,11 @@ async def acompress_many(
     *,
     max_concurrency: int = 4,
 ) -> list[str | BaseException]:
-    """Compress concurrently (at most ``max_concurrency`` at a time); exceptions fill their slots."""
+    """Compress concurrently (at most ``max_concurrency`` at a time); exceptions fill their slots.
+
+    A compressor with its own ``acompress_many(articles, targets, question)`` (e.g. to share term
+    statistics across articles) is used as is.
+    """
     own = getattr(compressor, "acompress_many", None)
     if callable(own):
         try:

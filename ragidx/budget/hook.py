@@ -4,12 +4,12 @@
 objects (``SearchResult`` by tool-call id) and a renderer that writes the prompt as it is sent. It
 deduplicates the articles, re-normalizes their ranks, compresses them in proportion to rank when the
 prompt passes the trigger, folds old turns into a summary when the conversation grows, renders the prompt
-and counts it: that count is the one guard of the window. ``apply(messages, ...)`` does the same for a
-conversation that arrives as messages only (their search results are read once).
+and counts it: that count is the one guard of the window. (``ragidx.agent.budgeted_llm.BudgetedLLM`` runs
+it on a conversation that arrives as messages, inside LlamaIndex's own agents.)
 
 Invariants (tested):
 
-- Returns new messages and never edits the input ones; ``apply`` returns ``None`` when nothing changed.
+- Returns new messages and never edits the input ones; ``Fit.changed`` is false when nothing changed.
 - An assistant tool-call message and its tool results are kept or removed together, never split.
 - Within each tool result the order of articles is kept. An article repeated in a later result becomes
   ``{"kb_id", "title", "url", "see_above": true}``; its full copy is the best-scored one.
@@ -23,9 +23,10 @@ Invariants (tested):
 
 Example:
     >>> budget = ContextBudget()
-    >>> result = budget.apply([], system_prompt="Be brief.", context_window=8192, max_output_tokens=512)
-    >>> (result.messages, result.report.path)
-    (None, ['under_trigger'])
+    >>> fit = budget.fit([], {}, lambda conversation, results, articles: list(conversation),
+    ...                  context_window=8192, max_output_tokens=512)
+    >>> (fit.changed, fit.report.path)
+    (False, ['under_trigger'])
 """
 
 from __future__ import annotations
@@ -36,22 +37,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.instrumentation import get_dispatcher
 
 from ragidx.article import SEE_ABOVE, Article, SearchResult
-from ragidx.budget.accounting import PromptAccountant, WindowLimits
-from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, thresholds_for_window
+from ragidx.budget.accounting import PromptAccountant
+from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, WindowLimits
 from ragidx.budget.compressor import ArticleCompressor, acompress_many
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.memory import ConversationMemory, MemoryResult
-from ragidx.budget.messages import call_id, message_text, tool_results, with_results
+from ragidx.budget.messages import call_id, message_text
 from ragidx.budget.report import BudgetReport, ContextBudgetEvent
 from ragidx.budget.run import BudgetRun, Renderer
 from ragidx.providers.tokenizer import TokenCounter
 from ragidx.tools.cap import RetrievalCap
 
-__all__ = ["REFERENCE_KEY", "BudgetResult", "ContextBudget", "Fit", "Renderer"]
+__all__ = ["REFERENCE_KEY", "ContextBudget", "Fit", "Renderer"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
@@ -71,18 +72,6 @@ class Fit:
     tokens: int
     report: BudgetReport
     changed: bool
-
-
-@dataclass(frozen=True)
-class BudgetResult:
-    """New messages (``None`` when nothing changed) and the report of what was done."""
-
-    messages: list[ChatMessage] | None
-    report: BudgetReport
-
-    @property
-    def changed(self) -> bool:
-        return self.messages is not None
 
 
 class ContextBudget:
@@ -210,32 +199,6 @@ class ContextBudget:
         """``afit`` from synchronous code."""
         return asyncio_run(self.afit(*args, **kwargs))
 
-    async def aapply(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        system_prompt: str | None = None,
-        tools: Sequence[Any] | None = None,
-        question: str | None = None,
-        context_window: int,
-        max_output_tokens: int,
-    ) -> BudgetResult:
-        """``afit`` for a conversation that arrives as messages (from a LlamaIndex agent): its search results
-        are read once, and those it rewrites come back as JSON; ``messages`` is ``None`` when nothing changed."""
-        results = tool_results(messages)
-        head = [ChatMessage(role=MessageRole.SYSTEM, content=system_prompt)] if system_prompt else []
-
-        def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
-            return [*head, *with_results(conversation, sent, results)]
-
-        limits = {"context_window": context_window, "max_output_tokens": max_output_tokens}
-        fit = await self.afit(messages, results, render, tools=tools, question=question, **limits)
-        return BudgetResult(fit.messages[len(head) :] if fit.changed else None, fit.report)
-
-    def apply(self, messages: Sequence[ChatMessage], **kwargs: Any) -> BudgetResult:
-        """``aapply`` from synchronous code (same keyword arguments)."""
-        return asyncio_run(self.aapply(messages, **kwargs))
-
     # --- steps ----------------------------------------------------------------------------------------
     def _begin(
         self,
@@ -246,28 +209,23 @@ class ContextBudget:
         context_window: int,
         max_output_tokens: int,
     ) -> BudgetRun:
-        thresholds = thresholds_for_window(
+        limits = WindowLimits.compute(
             context_window,
+            max_output_tokens=max_output_tokens,
+            margin_pct=self.safety_margin_pct,
             trigger_pct=self.trigger_pct,
             target_pct=self.target_pct,
             min_article_tokens=self.min_article_tokens,
             small_window_tokens=self.small_window_tokens,
         )
-        limits = WindowLimits.compute(
-            context_window,
-            max_output_tokens=max_output_tokens,
-            margin_pct=self.safety_margin_pct,
-            trigger_pct=thresholds.trigger_pct,
-            target_pct=thresholds.target_pct,
-        )
-        c = BudgetRun(render, tools, self.accountant, limits, thresholds, self.fallback_context_window)
+        c = BudgetRun(render, tools, self.accountant, limits, self.fallback_context_window)
         c.use(messages, results)
         total = c.send()
         fixed = c.fixed_tokens()
         report = BudgetReport(
             context_window=context_window,
-            trigger_pct=thresholds.trigger_pct,
-            target_pct=thresholds.target_pct,
+            trigger_pct=limits.trigger_pct,
+            target_pct=limits.target_pct,
             trigger_tokens=limits.trigger,
             target_tokens=limits.target,
             safety_margin_pct=self.safety_margin_pct,
@@ -275,7 +233,7 @@ class ContextBudget:
             reserved_output_tokens=max_output_tokens,
             hard_limit_tokens=limits.hard_limit,
             fixed_tokens=fixed,
-            min_article_tokens=thresholds.min_article_tokens,
+            min_article_tokens=limits.min_article_tokens,
             compressor=getattr(self.compressor, "name", type(self.compressor).__name__),
         )
         c.report = report
@@ -294,7 +252,7 @@ class ContextBudget:
         if c.total - current > self.memory_trigger_pct * c.limits.context_window:
             return True
         # History crowds out the current material: even a minimal article would not fit the target.
-        need = min(current, c.thresholds.min_article_tokens)
+        need = min(current, c.limits.min_article_tokens)
         return c.total > c.limits.trigger and c.total - current + need > c.limits.target
 
     def _use_memory(self, c: BudgetRun, result: MemoryResult) -> None:

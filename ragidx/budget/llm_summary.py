@@ -13,12 +13,10 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
@@ -50,13 +48,12 @@ _FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
 class LLMSummaryCompressor:
-    """Summarizes articles with an LLM, concurrently, and never returns more than it may.
+    """Summarizes articles with an LLM and never returns more than it may.
 
     Args:
         llm: Any LlamaIndex LLM (called through ``ChatCaller``, without retries: a failure falls back).
         token_counter: Counts tokens of replies; default tiktoken ``cl100k_base``.
         fallback: Used when the LLM fails or overshoots badly; default ``ExtractiveCompressor``.
-        max_concurrency: Summaries in flight at once in ``acompress_many``.
         max_input_tokens: Articles longer than this are first cut extractively before the LLM sees them.
         overshoot_tolerance: Replies up to this share over target are truncated, longer ones fall back.
 
@@ -74,7 +71,6 @@ class LLMSummaryCompressor:
         *,
         token_counter: TokenCounter | None = None,
         fallback: ArticleCompressor | None = None,
-        max_concurrency: int = 4,
         max_input_tokens: int = 6000,
         overshoot_tolerance: float = 0.25,
         min_target_tokens: int = 24,
@@ -82,7 +78,6 @@ class LLMSummaryCompressor:
         self.llm = llm
         self.tokens = token_counter or TokenCounter()
         self.fallback = fallback or ExtractiveCompressor(self.tokens)
-        self.max_concurrency = max(1, max_concurrency)
         self.max_input_tokens = max_input_tokens
         self.overshoot_tolerance = overshoot_tolerance
         self.min_target_tokens = min_target_tokens
@@ -103,20 +98,6 @@ class LLMSummaryCompressor:
     def compress(self, article: Article, target_tokens: int, question: str) -> str:
         """``acompress`` from synchronous code."""
         return str(asyncio_run(self.acompress(article, target_tokens, question)))
-
-    def compress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
-        """``acompress_many`` from synchronous code."""
-        return list(asyncio_run(self.acompress_many(articles, targets, question)))
-
-    async def acompress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
-        """All summaries concurrently, at most ``max_concurrency`` at a time."""
-        gate = asyncio.Semaphore(self.max_concurrency)
-
-        async def one(article: Article, target: int) -> str:
-            async with gate:
-                return await self.acompress(article, target, question)
-
-        return list(await asyncio.gather(*(one(a, t) for a, t in zip(articles, targets, strict=True))))
 
     # --- internals ------------------------------------------------------------------------------------
     def _count(self, reason: str) -> None:

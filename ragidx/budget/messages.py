@@ -1,8 +1,8 @@
 """Reading and rebuilding chat messages for the budget: tool results, tool-call groups, turns.
 
 A ``retrieve_context`` result is a TOOL message; the budget gets its articles as a ``SearchResult`` keyed
-by the message's ``tool_call_id``. A conversation that arrives as messages only (``ContextBudget.apply``,
-``BudgetedLLM``) is read once by :func:`tool_results`; anything that is not a search result (plain text,
+by the message's ``tool_call_id``. A conversation that arrives as messages only (``BudgetedLLM``, a history
+from outside) is read once by :func:`tool_results`; anything that is not a search result (plain text,
 other JSON, an error shape with no article list) is left alone. A *group* is an assistant message that
 calls tools together with the tool results that follow it: the budget removes or keeps a group whole.
 

@@ -1,14 +1,18 @@
-"""Builders for budget tests: articles, retrieve_context results, tool-call turns."""
+"""Builders for budget tests: articles, retrieve_context results, tool-call turns; the budget on messages."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
+from ragidx.article import SearchResult
+from ragidx.budget import ContextBudget, Fit
 from ragidx.budget.accounting import PromptAccountant
+from ragidx.budget.messages import tool_results, with_results
 
 _VOCAB = [
     "alpha",
@@ -47,7 +51,7 @@ def text_of_tokens(n: int, seed: int = 0, acc: PromptAccountant | None = None) -
     acc = acc or PromptAccountant()
     rng = random.Random(seed)
     sentences: list[str] = []
-    while acc.count_text(" ".join(sentences)) < n:
+    while acc.tokens.count(" ".join(sentences)) < n:
         words = [rng.choice(_VOCAB) for _ in range(rng.randint(6, 14))]
         sentences.append(" ".join(words).capitalize() + ".")
     return acc.tokens.truncate(" ".join(sentences), n)
@@ -91,6 +95,10 @@ def tool_call(*call_ids: str, query: str = "q") -> ChatMessage:
     )
 
 
+def system_message(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.SYSTEM, content=text)
+
+
 def user(text: str) -> ChatMessage:
     return ChatMessage(role=MessageRole.USER, content=text)
 
@@ -116,3 +124,15 @@ def retrieve_tool_spec() -> dict[str, Any]:
             },
         },
     }
+
+
+def fit(budget: ContextBudget, messages: list[ChatMessage], *, system_prompt: str | None = None, **kwargs: Any) -> Fit:
+    """``budget.fit`` on a conversation that arrives as messages: its search results are read from them, and
+    the prompt is sent as ``system_prompt`` (a system message) and the conversation, results as JSON."""
+    results = tool_results(messages)
+    head = [system_message(system_prompt)] if system_prompt else []
+
+    def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
+        return [*head, *with_results(conversation, sent, results)]
+
+    return budget.fit(messages, results, render, **kwargs)

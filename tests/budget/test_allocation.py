@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragidx.budget.allocation import (
+    WindowLimits,
     _fill_scale,
     adaptive_min_tokens,
     allocate_article_budgets,
     rank_share,
     suggest_article_cap,
-    thresholds_for_window,
 )
 
 
@@ -95,11 +97,20 @@ def test_fill_scale_is_the_largest_scale_within_the_budget(items: list[tuple[int
         assert total(scale) == pytest.approx(sum(sizes))
 
 
+def test_window_limits_reserve_margin_and_output() -> None:
+    lim = WindowLimits.compute(20_000, max_output_tokens=1000, margin_pct=0.05, trigger_pct=0.85, target_pct=0.80)
+    assert (lim.margin, lim.hard_limit, lim.trigger, lim.target) == (1000, 18000, 17000, 16000)
+    tight = WindowLimits.compute(4096, max_output_tokens=2048, margin_pct=0.05, trigger_pct=0.75, target_pct=0.70)
+    assert tight.target <= tight.trigger <= tight.hard_limit == 4096 - 205 - 2048
+    with pytest.raises(ValueError, match=re.escape("need 0 < target_pct <= trigger_pct <= 1")):
+        WindowLimits.compute(4096, max_output_tokens=1, margin_pct=0.05, trigger_pct=0.5, target_pct=0.7)
+
+
 def test_small_windows_act_earlier() -> None:
-    small, big = thresholds_for_window(8192), thresholds_for_window(128_000)
+    small, big = WindowLimits.compute(8192, max_output_tokens=0), WindowLimits.compute(128_000, max_output_tokens=0)
     assert (small.trigger_pct, small.target_pct, small.min_article_tokens) == (0.75, 0.70, 100)
     assert (big.trigger_pct, big.target_pct, big.min_article_tokens) == (0.85, 0.80, 300)
-    assert thresholds_for_window(15_000).min_article_tokens == 150
+    assert WindowLimits.compute(15_000, max_output_tokens=0).min_article_tokens == 150
 
 
 def test_suggest_article_cap() -> None:

@@ -24,11 +24,14 @@ from ragidx.budget import (
     RetrievalCap,
     TruncateCompressor,
 )
+from ragidx.budget.messages import tool_results, with_results
 from tests.budget.helpers import (
     article,
     assistant,
+    fit,
     payload_of,
     retrieve_tool_spec,
+    system_message,
     text_of_tokens,
     tool_call,
     tool_result,
@@ -39,8 +42,8 @@ ACC = PromptAccountant()
 TOOLS = [retrieve_tool_spec()]
 
 
-def prompt_tokens(messages: list[ChatMessage], system_prompt: str | None) -> int:
-    return ACC.count_prompt(messages, system_prompt=system_prompt, tools=TOOLS)
+def prompt_tokens(messages: list[ChatMessage]) -> int:
+    return ACC.count_prompt(messages, tools=TOOLS)
 
 
 def snapshot(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -67,24 +70,28 @@ def scenario_8k() -> tuple[str, list[ChatMessage]]:
 def test_under_trigger_returns_none_and_reports() -> None:
     budget = ContextBudget()
     messages = [user("hi"), tool_call("c1"), tool_result("c1", [article("a", 0.9, "short text")])]
-    result = budget.apply(messages, system_prompt="Be brief.", tools=TOOLS, context_window=8192, max_output_tokens=512)
-    assert result.messages is None
+    result = fit(budget, messages, system_prompt="Be brief.", tools=TOOLS, context_window=8192, max_output_tokens=512)
+    assert not result.changed
     assert result.report.path == ["under_trigger"]
-    assert result.report.tokens_after == result.report.tokens_before == prompt_tokens(messages, "Be brief.")
+    assert (
+        result.report.tokens_after
+        == result.report.tokens_before
+        == prompt_tokens([system_message("Be brief."), *messages])
+    )
 
 
 def test_8k_scenario_fits_and_best_article_keeps_most() -> None:
     system, messages = scenario_8k()
     before = snapshot(messages)
-    result = ContextBudget().apply(
-        messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
+    result = fit(
+        ContextBudget(), messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
     )
     assert snapshot(messages) == before  # input untouched
-    assert result.messages is not None
+    assert result.changed
     r = result.report
     assert (r.trigger_pct, r.target_pct) == (0.75, 0.70)  # small window: act earlier
-    assert prompt_tokens(result.messages, system) + r.safety_margin_tokens + 512 <= 8192
-    assert prompt_tokens(result.messages, system) <= r.target_tokens
+    assert prompt_tokens(result.messages) + r.safety_margin_tokens + 512 <= 8192
+    assert prompt_tokens(result.messages) <= r.target_tokens
     arts = payload_of(result.messages[-1])["articles"]
     assert [a["kb_id"] for a in arts] == [f"kb{i}" for i in range(5)]  # order kept
     kept = [a["metadata"]["tokens"] for a in arts]
@@ -92,7 +99,7 @@ def test_8k_scenario_fits_and_best_article_keeps_most() -> None:
     for a in arts:
         assert a["metadata"]["compressed"] is True
         assert a["metadata"]["original_tokens"] == 1000  # the content's own tokens (the prompt is counted whole)
-        assert ACC.count_text(a["content"]) == a["metadata"]["tokens"]
+        assert ACC.tokens.count(a["content"]) == a["metadata"]["tokens"]
     meta = payload_of(result.messages[-1])["metadata"]
     assert meta["tokens_saved"] == 5 * 1000 - sum(kept)
     assert meta["compressed_articles_count"] == 5
@@ -111,10 +118,10 @@ def test_4k_scenario_fits_or_recommends_fallback() -> None:
         tool_result("c1", [article(f"kb{i}", 0.9 - i * 0.2, text_of_tokens(500, 20 + i)) for i in range(3)]),
     ]
     budget = ContextBudget(fallback_context_window=32768)
-    result = budget.apply(messages, system_prompt=system, tools=TOOLS, context_window=4096, max_output_tokens=256)
-    assert result.messages is not None
+    result = fit(budget, messages, system_prompt=system, tools=TOOLS, context_window=4096, max_output_tokens=256)
+    assert result.changed
     r = result.report
-    assert prompt_tokens(result.messages, system) + r.safety_margin_tokens + 256 <= 4096
+    assert prompt_tokens(result.messages) + r.safety_margin_tokens + 256 <= 4096
     assert r.fallback_recommended
     assert r.fallback_reason is not None and "32768" in r.fallback_reason
     best = next(a for a in r.articles if a.article_rank == 0)
@@ -134,11 +141,10 @@ def test_multiple_tool_calls_deduplicate_and_keep_pairs() -> None:
         tool_call("c3"),
         tool_result("c3", call3),
     ]
-    result = ContextBudget().apply(
-        messages, system_prompt="sys", tools=TOOLS, context_window=8192, max_output_tokens=512
+    result = fit(
+        ContextBudget(), messages, system_prompt="sys", tools=TOOLS, context_window=8192, max_output_tokens=512
     )
-    out = result.messages
-    assert out is not None
+    out = result.messages[1:]  # after the system prompt
     assert [m.role for m in out] == [m.role for m in messages]
     calls = [b.tool_call_id for m in out for b in m.blocks if isinstance(b, ToolCallBlock)]
     results = [m.additional_kwargs["tool_call_id"] for m in out if m.role == MessageRole.TOOL]
@@ -185,8 +191,8 @@ def test_error_and_plain_tool_messages_pass_through() -> None:
         error,
         plain,
     ]
-    result = ContextBudget().apply(messages, context_window=8192, max_output_tokens=512)
-    assert result.messages is not None
+    result = fit(ContextBudget(), messages, context_window=8192, max_output_tokens=512)
+    assert result.changed
     assert result.messages[3].content == error.content
     assert result.messages[4].content == plain.content
     assert "compressed" in result.report.path
@@ -194,14 +200,14 @@ def test_error_and_plain_tool_messages_pass_through() -> None:
 
 def test_zero_articles_and_no_tool_messages() -> None:
     empty = [user("q"), tool_call("c1"), tool_result("c1", [])]
-    result = ContextBudget().apply(empty, context_window=4096, max_output_tokens=256)
-    assert result.messages is None and result.report.path == ["under_trigger"]
+    result = fit(ContextBudget(), empty, context_window=4096, max_output_tokens=256)
+    assert not result.changed and result.report.path == ["under_trigger"]
     talk = [user(text_of_tokens(400, 7)), assistant(text_of_tokens(400, 8)), user("and now?")]
-    result = ContextBudget().apply(
-        talk, system_prompt=text_of_tokens(1000, 9), context_window=2048, max_output_tokens=128
+    result = fit(
+        ContextBudget(), talk, system_prompt=text_of_tokens(1000, 9), context_window=2048, max_output_tokens=128
     )
-    assert result.messages is not None  # history had to go
-    assert ACC.count_prompt(result.messages, system_prompt=text_of_tokens(1000, 9)) <= result.report.hard_limit_tokens
+    assert result.changed  # history had to go
+    assert ACC.count_prompt(result.messages) <= result.report.hard_limit_tokens
     assert result.messages[-1].content == "and now?"
 
 
@@ -210,11 +216,11 @@ def test_tool_results_without_articles_are_sent_and_counted_as_they_came() -> No
     # (it used to count a compact re-rendering that was never sent).
     messages = [user("q"), tool_call("c1"), tool_result("c1", [])]
     system = text_of_tokens(1700, 3)
-    result = ContextBudget().apply(
-        messages, system_prompt=system, tools=TOOLS, context_window=2321, max_output_tokens=16
+    result = fit(
+        ContextBudget(), messages, system_prompt=system, tools=TOOLS, context_window=2321, max_output_tokens=16
     )
-    assert result.messages is None and result.report.path == ["nothing_to_compress"]
-    assert result.report.tokens_after == prompt_tokens(messages, system)
+    assert not result.changed and result.report.path == ["nothing_to_compress"]
+    assert result.report.tokens_after == prompt_tokens([system_message(system), *messages])
 
 
 def test_single_article_gets_whole_budget() -> None:
@@ -223,8 +229,8 @@ def test_single_article_gets_whole_budget() -> None:
         tool_call("c1"),
         tool_result("c1", [article("only", 0.3, text_of_tokens(6000, 40))]),
     ]
-    result = ContextBudget().apply(messages, context_window=4096, max_output_tokens=256)
-    assert result.messages is not None
+    result = fit(ContextBudget(), messages, context_window=4096, max_output_tokens=256)
+    assert result.changed
     (outcome,) = result.report.articles
     assert outcome.normalized_rank == 0.0
     assert outcome.status == "compressed"
@@ -234,9 +240,7 @@ def test_single_article_gets_whole_budget() -> None:
 def test_window_too_small_raises_with_numbers() -> None:
     system = text_of_tokens(3000, 11)
     with pytest.raises(ContextWindowTooSmallError) as info:
-        ContextBudget().apply(
-            [user("q")], system_prompt=system, tools=TOOLS, context_window=2048, max_output_tokens=256
-        )
+        fit(ContextBudget(), [user("q")], system_prompt=system, tools=TOOLS, context_window=2048, max_output_tokens=256)
     err = info.value
     assert err.required_tokens > 2048
     assert re.escape("Use a model with a larger context window, shorten the system prompt") in re.escape(str(err))
@@ -246,9 +250,7 @@ def test_window_too_small_raises_with_numbers() -> None:
             f"context window of 2048 tokens cannot hold the fixed prompt: system prompt {err.system_tokens}"
         ),
     ):
-        ContextBudget().apply(
-            [user("q")], system_prompt=system, tools=TOOLS, context_window=2048, max_output_tokens=256
-        )
+        fit(ContextBudget(), [user("q")], system_prompt=system, tools=TOOLS, context_window=2048, max_output_tokens=256)
 
 
 @pytest.mark.parametrize(
@@ -268,11 +270,16 @@ def test_misbehaving_compressor_never_breaks_the_window(behaviour: str) -> None:
             return self.compress(art, target_tokens, question)
 
     system, messages = scenario_8k()
-    result = ContextBudget(compressor=Bad()).apply(
-        messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
+    result = fit(
+        ContextBudget(compressor=Bad()),
+        messages,
+        system_prompt=system,
+        tools=TOOLS,
+        context_window=8192,
+        max_output_tokens=512,
     )
-    assert result.messages is not None
-    assert prompt_tokens(result.messages, system) <= result.report.hard_limit_tokens
+    assert result.changed
+    assert prompt_tokens(result.messages) <= result.report.hard_limit_tokens
     reasons = {a.fallback_reason for a in result.report.articles}
     expected = {"whole": "overshoot", "longer": "overshoot", "empty": "empty", "raise": "error: RuntimeError"}
     assert reasons == {expected[behaviour]}
@@ -289,7 +296,7 @@ def test_memory_summarizes_long_history_keeping_pairs() -> None:
             assistant(text_of_tokens(300, 70 + i)),
         ]
     messages = [*history, user("current question?")]
-    result = ContextBudget().apply(messages, context_window=8192, max_output_tokens=512)
+    result = fit(ContextBudget(), messages, context_window=8192, max_output_tokens=512)
     out = result.messages
     assert out is not None
     assert "memory_summarized" in result.report.path
@@ -304,10 +311,10 @@ def test_memory_summarizes_long_history_keeping_pairs() -> None:
 def test_cap_is_set_for_the_retrieve_tool() -> None:
     cap = RetrievalCap()
     budget = ContextBudget(cap=cap, max_articles_per_call=5)
-    budget.apply([user("q")], context_window=200_000, max_output_tokens=1024)
+    fit(budget, [user("q")], context_window=200_000, max_output_tokens=1024)
     assert cap.limit(5) == 5
     system, messages = scenario_8k()
-    result = budget.apply(messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
+    result = fit(budget, messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
     assert result.report.article_cap == cap.get()
     assert cap.limit(5) < 5  # the prompt is full: fewer articles next time
 
@@ -324,8 +331,8 @@ def test_event_carries_the_report() -> None:
     root.add_event_handler(handler)
     try:
         system, messages = scenario_8k()
-        result = ContextBudget().apply(
-            messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
+        result = fit(
+            ContextBudget(), messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
         )
     finally:
         root.event_handlers.remove(handler)
@@ -334,26 +341,34 @@ def test_event_carries_the_report() -> None:
     assert json.loads(events[0].report.model_dump_json())["path"] == result.report.path
 
 
-def test_aapply_matches_apply() -> None:
-    system, messages = scenario_8k()
+def test_afit_matches_fit() -> None:
+    _, messages = scenario_8k()
     budget = ContextBudget(compressor=TruncateCompressor())
-    sync = budget.apply(messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
+    sync = fit(budget, messages, tools=TOOLS, context_window=4096, max_output_tokens=512)
+    results = tool_results(messages)
     asyn = asyncio.run(
-        budget.aapply(messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
+        budget.afit(
+            messages,
+            results,
+            lambda conversation, sent, _: with_results(conversation, sent, results),
+            tools=TOOLS,
+            context_window=4096,
+            max_output_tokens=512,
+        )
     )
-    assert sync.messages is not None and asyn.messages is not None
+    assert sync.changed and asyn.changed
     assert [m.content for m in sync.messages] == [m.content for m in asyn.messages]
 
 
 def test_input_messages_are_never_mutated_even_when_dropping() -> None:
     messages = [user("q"), tool_call("c1"), tool_result("c1", five_articles(3000))]
     frozen = copy.deepcopy(snapshot(messages))
-    result = ContextBudget().apply(
-        messages, system_prompt=text_of_tokens(1200, 3), context_window=2048, max_output_tokens=128
+    result = fit(
+        ContextBudget(), messages, system_prompt=text_of_tokens(1200, 3), context_window=2048, max_output_tokens=128
     )
     assert snapshot(messages) == frozen
-    assert result.messages is not None
-    assert all(a is not b for a, b in zip(result.messages[2:], messages[2:], strict=True))
+    assert result.changed
+    assert all(a is not b for a, b in zip(result.messages[3:], messages[2:], strict=True))
     assert "dropped" in result.report.path
 
 
@@ -363,10 +378,15 @@ def test_llm_summaries_keep_title_and_url_for_citations() -> None:
 
     system, messages = scenario_8k()
     llm = ScriptedLLM(["Install the driver from the vendor page, then restart."], cycle=True)
-    result = ContextBudget(compressor=LLMSummaryCompressor(llm)).apply(
-        messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
+    result = fit(
+        ContextBudget(compressor=LLMSummaryCompressor(llm)),
+        messages,
+        system_prompt=system,
+        tools=TOOLS,
+        context_window=8192,
+        max_output_tokens=512,
     )
-    assert result.messages is not None
+    assert result.changed
     arts = payload_of(result.messages[-1])["articles"]
     assert [(a["title"], a["url"]) for a in arts] == [(f"Article kb{i}", f"https://kb.example/kb{i}") for i in range(5)]
     assert arts[0]["content"] == "Install the driver from the vendor page, then restart."

@@ -23,7 +23,16 @@ from ragidx.budget import (
     PromptAccountant,
     TruncateCompressor,
 )
-from tests.budget.helpers import article, assistant, retrieve_tool_spec, tool_call, tool_result, user
+from tests.budget.helpers import (
+    article,
+    assistant,
+    fit,
+    retrieve_tool_spec,
+    system_message,
+    tool_call,
+    tool_result,
+    user,
+)
 
 ACC = PromptAccountant()
 _WORDS = [
@@ -134,7 +143,7 @@ def fixed_tokens(case: dict) -> int:
     question = next(m for m in reversed(case["messages"]) if m.role == MessageRole.USER)
     return (
         ACC.reply_priming
-        + ACC.count_system(case["system"])
+        + (ACC.count_message(system_message(case["system"])) if case["system"] else 0)
         + ACC.count_tools(case["tools"])
         + ACC.count_message(question)
     )
@@ -162,13 +171,13 @@ def test_prompt_never_exceeds_window(case: dict) -> None:
     if fixed_tokens(case) > hard:
         event("too_small")
         with pytest.raises(ContextWindowTooSmallError):
-            budget.apply(case["messages"], **kwargs)
+            fit(budget, case["messages"], **kwargs)
         return
-    result = budget.apply(case["messages"], **kwargs)
+    result = fit(budget, case["messages"], **kwargs)
     for step in result.report.path:
         event(step)
-    out = result.messages if result.messages is not None else case["messages"]
-    total = ACC.count_prompt(out, system_prompt=case["system"], tools=case["tools"])
+    out = result.messages
+    total = ACC.count_prompt(out, tools=case["tools"])
     assert total + math.ceil(window * 0.05) + output <= window
     assert total == result.report.tokens_after
     # the current question survives, and every tool result still follows its call

@@ -6,6 +6,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse
 
 from ragidx.article import Article
+from ragidx.budget.compressor import acompress_many
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from tests.budget.helpers import text_of_tokens
 from tests.fakes.scripted_llm import ScriptedLLM, text_of
@@ -78,16 +79,8 @@ class SlowLLM:
 
 def test_many_summaries_run_concurrently_within_limit() -> None:
     llm = SlowLLM()
-    comp = LLMSummaryCompressor(llm, max_concurrency=3)
+    comp = LLMSummaryCompressor(llm)
     arts = [Article(f"k{i}", "T", "", text_of_tokens(300, i)) for i in range(8)]
-    out = asyncio.run(comp.acompress_many(arts, [50] * 8, "q"))
+    out = asyncio.run(acompress_many(comp, arts, [50] * 8, "q", max_concurrency=3))
     assert out == ["summary"] * 8
-    assert llm.peak == 3
-
-
-def test_sync_compress_many_runs_concurrently() -> None:
-    llm = SlowLLM()
-    comp = LLMSummaryCompressor(llm, max_concurrency=3)
-    arts = [Article(f"k{i}", "T", "", text_of_tokens(300, i)) for i in range(3)]
-    assert comp.compress_many(arts, [50] * 3, "q") == ["summary"] * 3
-    assert llm.peak == 3 and comp.stats["ok"] == 3
+    assert llm.peak == 3 and comp.stats["ok"] == 8
