@@ -135,7 +135,7 @@ class Engine:
 
     def _build_agent(self) -> Any:
         from ragidx.agent.workflow import RagAgent
-        from ragidx.budget import ContextBudget, LLMSummaryCompressor, RetrievalCap
+        from ragidx.budget import LLMSummaryCompressor, RetrievalCap
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
         s = self.settings
@@ -144,7 +144,7 @@ class Engine:
         tokens = self.llm_provider.token_counter(s.llm)
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
-        budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
+        budget = self._context_budget(tokens, compressor=compressor, cap=cap)
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
@@ -307,11 +307,27 @@ class Engine:
         ``AgentWorkflow`` that uses :meth:`retrieve_context_tool`. Tokens are counted with ``tokenizer``
         (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin)."""
         from ragidx.agent.budgeted_llm import BudgetedLLM
-        from ragidx.budget import ContextBudget
         from ragidx.providers.tokenizer import TokenCounter
 
-        budget = ContextBudget.from_settings(self.settings, token_counter=TokenCounter(tokenizer or "cl100k_base"))
-        return BudgetedLLM(llm, budget)
+        return BudgetedLLM(llm, self._context_budget(TokenCounter(tokenizer or "cl100k_base")))
+
+    def _context_budget(self, tokens: Any, *, compressor: Any = None, cap: Any = None) -> Any:
+        """The context budget these settings describe (budget_* values, the fallback model's window, top_k)."""
+        from ragidx.budget import ContextBudget
+
+        s = self.settings
+        return ContextBudget(
+            tokens,
+            compressor,
+            cap=cap,
+            trigger_pct=s.budget_trigger_pct,
+            target_pct=s.budget_target_pct,
+            min_article_tokens=s.budget_min_article_tokens,
+            safety_margin_pct=s.budget_safety_margin_pct,
+            memory_trigger_pct=s.memory_trigger_pct,
+            fallback_context_window=s.fallback_llm.context_window if s.fallback_llm is not None else None,
+            max_articles_per_call=s.top_k,
+        )
 
     def as_chat_engine(self, *, session_id: str | None = None) -> Any:
         """The agent as a LlamaIndex ``BaseChatEngine``: one conversation, one ragidx session

@@ -55,7 +55,7 @@ class BudgetedLLM(FunctionCallingLLM):
 
     Args:
         llm: the LLM that answers (its ``metadata.context_window`` and ``num_output`` set the budget).
-        budget: the context budget (``ContextBudget.from_settings(settings, token_counter=...)``).
+        budget: the context budget (``Engine.budgeted_llm`` builds it from the settings).
         context_window / max_output_tokens: override the wrapped LLM's metadata.
 
     Attributes:

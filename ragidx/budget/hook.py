@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
@@ -45,7 +46,7 @@ from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, WindowLimits
 from ragidx.budget.compressor import ArticleCompressor, acompress_many
 from ragidx.budget.extractive import ExtractiveCompressor
-from ragidx.budget.memory import ConversationMemory, MemoryResult
+from ragidx.budget.memory import ConversationMemory
 from ragidx.budget.messages import call_id, message_text
 from ragidx.budget.report import BudgetReport, ContextBudgetEvent
 from ragidx.budget.run import BudgetRun, Renderer
@@ -63,11 +64,10 @@ REFERENCE_KEY = SEE_ABOVE
 @dataclass(frozen=True)
 class Fit:
     """One budgeted call: the messages to send (``tokens`` counts them with the tool schemas), the
-    conversation kept (tool messages as they came), the results as sent and the articles shown in full."""
+    conversation kept (tool messages as they came) and the articles shown in full, best first."""
 
     messages: list[ChatMessage]
     conversation: list[ChatMessage]
-    results: dict[str, SearchResult]
     articles: list[Article]
     tokens: int
     report: BudgetReport
@@ -118,50 +118,25 @@ class ContextBudget:
         default_article_tokens: int = 1000,
         max_concurrency: int = 4,
     ) -> None:
-        if not 0 < target_pct <= trigger_pct <= 1:
-            raise ValueError(f"need 0 < target_pct <= trigger_pct <= 1, got target {target_pct}, trigger {trigger_pct}")
-        if not 0 <= safety_margin_pct < 0.5:
-            raise ValueError(f"safety_margin_pct must be in [0, 0.5), got {safety_margin_pct}")
+        self.limits = partial(
+            WindowLimits.compute,
+            margin_pct=safety_margin_pct,
+            trigger_pct=trigger_pct,
+            target_pct=target_pct,
+            min_article_tokens=min_article_tokens,
+            small_window_tokens=small_window_tokens,
+        )
+        self.limits(SMALL_WINDOW_TOKENS, max_output_tokens=0)  # invalid percentages fail here, not at the first call
         self.tokens = token_counter or TokenCounter()
         self.accountant = PromptAccountant(self.tokens)
         self.compressor: ArticleCompressor = compressor or ExtractiveCompressor(self.tokens)
         self.memory = memory or ConversationMemory(summarizer_llm, self.tokens)
-        self.trigger_pct, self.target_pct = trigger_pct, target_pct
-        self.min_article_tokens = min_article_tokens
-        self.safety_margin_pct = safety_margin_pct
         self.memory_trigger_pct = memory_trigger_pct
-        self.small_window_tokens = small_window_tokens
         self.fallback_context_window = fallback_context_window
         self.cap = cap
         self.max_articles_per_call = max_articles_per_call
         self.default_article_tokens = default_article_tokens
         self.max_concurrency = max_concurrency
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Any,
-        *,
-        token_counter: TokenCounter | None = None,
-        compressor: ArticleCompressor | None = None,
-        summarizer_llm: Any | None = None,
-        cap: RetrievalCap | None = None,
-    ) -> ContextBudget:
-        """Build from ``ragidx.config.Settings`` (budget_* values, fallback_llm's window, top_k)."""
-        fallback = getattr(settings, "fallback_llm", None)
-        return cls(
-            token_counter or TokenCounter(settings.llm.tokenizer or "cl100k_base"),
-            compressor,
-            summarizer_llm=summarizer_llm,
-            cap=cap,
-            trigger_pct=settings.budget_trigger_pct,
-            target_pct=settings.budget_target_pct,
-            min_article_tokens=settings.budget_min_article_tokens,
-            safety_margin_pct=settings.budget_safety_margin_pct,
-            memory_trigger_pct=settings.memory_trigger_pct,
-            fallback_context_window=fallback.context_window if fallback is not None else None,
-            max_articles_per_call=settings.top_k,
-        )
 
     # --- public API -----------------------------------------------------------------------------------
     @dispatcher.span
@@ -182,91 +157,57 @@ class ContextBudget:
         Raises:
             ContextWindowTooSmallError: The fixed part of the prompt cannot fit the window.
         """
-        c = self._begin(messages, results, render, tools, context_window, max_output_tokens)
-        q = question if question is not None else message_text(c.messages[c.q_idx]) if c.q_idx < len(c.messages) else ""
-        if not c.done and self._memory_needed(c):
-            size = max(64, min(self.memory.summary_tokens, context_window // 10))
-            history = c.messages[: c.q_idx]
-            self._use_memory(c, await self.memory.asummarize(history, question=q, summary_tokens=size, results=results))
-        if not c.done:
-            jobs = c.plan()
+        limits = self.limits(context_window, max_output_tokens=max_output_tokens)
+        name = getattr(self.compressor, "name", type(self.compressor).__name__)
+        fallback = self.fallback_context_window
+        run = BudgetRun(
+            messages, results, render, tools, self.accountant, limits, fallback_context_window=fallback, compressor=name
+        )
+        if question is None:
+            question = message_text(messages[run.q_idx]) if run.q_idx < len(messages) else ""
+        fold = self._memory_needed(run)
+        if run.total <= limits.trigger and not fold and not run.table.repeats:
+            run.path("under_trigger")
+        elif not (fold and await self._fold_history(run, question)):
+            jobs = run.plan()
             articles, targets = [e.article for e, _ in jobs], [t for _, t in jobs]
             n = self.max_concurrency
-            c.finish(jobs, await acompress_many(self.compressor, articles, targets, q, max_concurrency=n))
-        return self._result(c)
+            run.finish(jobs, await acompress_many(self.compressor, articles, targets, question, max_concurrency=n))
+        return self._result(run)
 
     def fit(self, *args: Any, **kwargs: Any) -> Fit:
         """``afit`` from synchronous code."""
         return asyncio_run(self.afit(*args, **kwargs))
 
     # --- steps ----------------------------------------------------------------------------------------
-    def _begin(
-        self,
-        messages: Sequence[ChatMessage],
-        results: Mapping[str, SearchResult],
-        render: Renderer,
-        tools: Sequence[Any] | None,
-        context_window: int,
-        max_output_tokens: int,
-    ) -> BudgetRun:
-        limits = WindowLimits.compute(
-            context_window,
-            max_output_tokens=max_output_tokens,
-            margin_pct=self.safety_margin_pct,
-            trigger_pct=self.trigger_pct,
-            target_pct=self.target_pct,
-            min_article_tokens=self.min_article_tokens,
-            small_window_tokens=self.small_window_tokens,
-        )
-        c = BudgetRun(render, tools, self.accountant, limits, self.fallback_context_window)
-        c.use(messages, results)
-        total = c.send()
-        fixed = c.fixed_tokens()
-        report = BudgetReport(
-            context_window=context_window,
-            trigger_pct=limits.trigger_pct,
-            target_pct=limits.target_pct,
-            trigger_tokens=limits.trigger,
-            target_tokens=limits.target,
-            safety_margin_pct=self.safety_margin_pct,
-            safety_margin_tokens=limits.margin,
-            reserved_output_tokens=max_output_tokens,
-            hard_limit_tokens=limits.hard_limit,
-            fixed_tokens=fixed,
-            min_article_tokens=limits.min_article_tokens,
-            compressor=getattr(self.compressor, "name", type(self.compressor).__name__),
-        )
-        c.report = report
-        c.report.tokens_before = total
-        if c.total <= limits.trigger and not self._memory_needed(c) and not c.table.repeats:
-            c.report.path.append("under_trigger")
-            c.done = True
-        return c
-
-    def _memory_needed(self, c: BudgetRun) -> bool:
-        lead, cut = self.memory.cut_index(c.messages[: c.q_idx])
+    def _memory_needed(self, run: BudgetRun) -> bool:
+        lead, cut = self.memory.cut_index(run.messages[: run.q_idx])
         if cut <= lead:
             return False
-        turn = {k for m in c.messages[c.q_idx :] if (k := call_id(m))}
-        current = sum(s.original_tokens for k in turn for s in c.table.slots.get(k, ()))
-        if c.total - current > self.memory_trigger_pct * c.limits.context_window:
+        turn = {k for m in run.messages[run.q_idx :] if (k := call_id(m))}
+        current = sum(s.original_tokens for k in turn for s in run.table.slots.get(k, ()))
+        if run.total - current > self.memory_trigger_pct * run.limits.context_window:
             return True
         # History crowds out the current material: even a minimal article would not fit the target.
-        need = min(current, c.limits.min_article_tokens)
-        return c.total > c.limits.trigger and c.total - current + need > c.limits.target
+        need = min(current, run.limits.min_article_tokens)
+        return run.total > run.limits.trigger and run.total - current + need > run.limits.target
 
-    def _use_memory(self, c: BudgetRun, result: MemoryResult) -> None:
+    async def _fold_history(self, run: BudgetRun, question: str) -> bool:
+        """Summarize the history before the question; ``True`` when the prompt is then under the trigger."""
+        size = max(64, min(self.memory.summary_tokens, run.limits.context_window // 10))
+        history = run.messages[: run.q_idx]
+        result = await self.memory.asummarize(history, question=question, summary_tokens=size, results=run.results)
         if result.summarized_messages == 0:
-            return
-        c.use([*result.messages, *c.messages[c.q_idx :]], c.results)
-        c.memory_changed = True
-        c.report.memory_summarized_messages = result.summarized_messages
-        c.path("memory_summarized")
+            return False
+        run.use([*result.messages, *run.messages[run.q_idx :]], run.results)
+        run.memory_changed = True
+        run.report.memory_summarized_messages = result.summarized_messages
+        run.path("memory_summarized")
         logger.info("summarized %d earlier messages (%s)", result.summarized_messages, result.method)
-        c.done = c.send() <= c.limits.trigger
+        return run.send() <= run.limits.trigger
 
-    def _result(self, c: BudgetRun) -> Fit:
-        report = c.close(self.default_article_tokens, self.max_articles_per_call)
+    def _result(self, run: BudgetRun) -> Fit:
+        report = run.close(self.default_article_tokens, self.max_articles_per_call)
         if self.cap is not None:
             self.cap.set(report.article_cap)
         dispatcher.event(ContextBudgetEvent(report=report))
@@ -279,6 +220,6 @@ class ContextBudget:
             report.hard_limit_tokens,
             report.duration_ms,
         )
-        changed = c.memory_changed or c.rewritten or bool(c.removed)
-        shown = c.table.shown(c.removed_calls())
-        return Fit(c.sent, c.conversation(), dict(c.sent_results), shown, c.total, report, changed)
+        changed = run.memory_changed or run.rewritten or bool(run.removed)
+        shown = run.table.shown(run.removed_calls())
+        return Fit(run.sent, run.conversation(), shown, run.total, report, changed)

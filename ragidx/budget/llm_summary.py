@@ -86,9 +86,11 @@ class LLMSummaryCompressor:
 
     # --- protocol -------------------------------------------------------------------------------------
     async def acompress(self, article: Article, target_tokens: int, question: str) -> str:
-        early = self._early(article, target_tokens, question)
-        if early is not None:
-            return early
+        if self.tokens.count(article.content) <= target_tokens:
+            self._count("fits")
+            return article.content
+        if target_tokens < self.min_target_tokens:
+            return self._fall_back(article, target_tokens, question, "target_too_small", None)
         try:
             reply = await ChatCaller(self.llm, retries=0).achat(self._messages(article, target_tokens, question))
         except Exception as exc:
@@ -103,14 +105,6 @@ class LLMSummaryCompressor:
     def _count(self, reason: str) -> None:
         with self._stats_lock:
             self.stats[reason] += 1
-
-    def _early(self, article: Article, target: int, question: str) -> str | None:
-        if self.tokens.count(article.content) <= target:
-            self._count("fits")
-            return article.content
-        if target < self.min_target_tokens:
-            return self._fall_back(article, target, question, "target_too_small", None)
-        return None
 
     def _messages(self, article: Article, target: int, question: str) -> list[ChatMessage]:
         content = article.content

@@ -114,36 +114,22 @@ class ConversationMemory:
             return MemoryResult(list(history), 0, 0, "none")
         size = summary_tokens or self.summary_tokens
         lines = self._lines(history[lead:cut], results or {})
-        summary, method = None, "extractive"
+        summary, method = "", "extractive"
         if self.llm is not None:
             try:
                 reply = await ChatCaller(self.llm, retries=0).achat(self._prompt(lines, question, size))
-                summary, method = (reply.message.content or "").strip() or None, "llm"
+                summary = (reply.message.content or "").strip()
+                method = "llm" if summary else "extractive_fallback"
             except Exception as exc:
                 logger.warning("memory summary by LLM failed, using extractive: %s", exc)
                 method = "extractive_fallback"
-        return self._result(history, lead, cut, summary, lines, size, method)
-
-    # --- internals ------------------------------------------------------------------------------------
-    def _result(
-        self,
-        history: Sequence[ChatMessage],
-        lead: int,
-        cut: int,
-        summary: str | None,
-        lines: list[str],
-        size: int,
-        method: str,
-    ) -> MemoryResult:
-        if summary is None:
-            if method == "llm":
-                method = "extractive_fallback"
-            summary = self._extractive(lines, size)
-        summary = self.tokens.truncate(summary, size)
-        message = ChatMessage(role=self.summary_role, content=SUMMARY_PREFIX + summary)
+        if not summary:  # extractive: the most recent lines, each cut to a fair share of the size
+            summary = self._recent(lines, size, per_line=max(24, size // max(1, len(lines))))
+        message = ChatMessage(role=self.summary_role, content=SUMMARY_PREFIX + self.tokens.truncate(summary, size))
         new = [*history[:lead], message, *history[cut:]]
         return MemoryResult(new, cut - lead, self.tokens.count(message.content or ""), method)
 
+    # --- internals ------------------------------------------------------------------------------------
     def _lines(self, messages: Sequence[ChatMessage], results: Mapping[str, SearchResult]) -> list[str]:
         """One line a message; a search result (in ``results`` by its call id) is listed by its titles."""
         lines: list[str] = []
@@ -166,10 +152,6 @@ class ConversationMemory:
         transcript = self._recent(lines, self.max_input_tokens, per_line=_LINE_TOKENS)
         prompt = MEMORY_PROMPT.format(summary_tokens=size, question=question or "(unknown)", transcript=transcript)
         return [ChatMessage(role=MessageRole.USER, content=prompt)]
-
-    def _extractive(self, lines: list[str], size: int) -> str:
-        per_line = max(24, size // max(1, len(lines)))
-        return self._recent(lines, size, per_line=per_line)
 
     def _recent(self, lines: list[str], budget: int, *, per_line: int) -> str:
         """The most recent lines, each cut to ``per_line`` tokens, that fit ``budget`` (in order)."""

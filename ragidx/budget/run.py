@@ -49,8 +49,6 @@ Renderer = Callable[[Sequence[ChatMessage], Mapping[str, SearchResult], Sequence
 _SLACK_PER_ARTICLE = 2
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
-_PLAN_ROUNDS = 8
-"""Allocation rounds: each drops the worse half of the articles the last one could not fund and re-plans."""
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
 
 
@@ -95,14 +93,12 @@ class ArticleTable:
                 sizes[text] = tokens.count(text)
             return sizes[text]
 
-        self.slots: dict[str, list[_Slot]] = {}
-        seen: set[str] = set()
-        for c_idx, (call, result) in enumerate(self.originals.items()):
-            for a_idx, a in enumerate(result.articles):
-                key = article_key(a, f"#{c_idx}:{a_idx}")
-                self.slots.setdefault(call, []).append(_Slot(key, key in seen, size(a.content)))
-                seen.add(key)
-        self.entries = {
+        self.slots = {
+            call: [_Slot(article_key(a, f"#{c}:{i}"), False, size(a.content)) for i, a in enumerate(r.articles)]
+            for c, (call, r) in enumerate(self.originals.items())
+        }
+        self.reassign(())
+        self.entries = {  # best first
             key: Entry(key, art, size(art.content), art.content, size(art.content))
             for key, art in dedupe_keyed([r.articles for r in self.originals.values()])
         }
@@ -110,9 +106,6 @@ class ArticleTable:
     @property
     def repeats(self) -> bool:
         return any(s.ref for slots in self.slots.values() for s in slots)
-
-    def ranked(self) -> list[Entry]:
-        return sorted(self.entries.values(), key=lambda e: e.rank)
 
     def reassign(self, removed: Collection[str]) -> None:
         """The first occurrence of each article in a result still sent holds it; later ones refer to it."""
@@ -179,15 +172,12 @@ class ArticleTable:
     def shown(self, removed: Collection[str] = ()) -> list[Article]:
         """The articles shown in full in the results still sent, best first (the answer's sources)."""
         held = {s.key for call, slots in self.slots.items() if call not in removed for s in slots if not s.ref}
-        return [self._shown(e) for e in self.ranked() if e.key in held and e.status != "dropped"]
+        return [self._shown(e) for e in self.entries.values() if e.key in held and e.status != "dropped"]
 
     def outcomes(self) -> list[ArticleOutcome]:
         """One outcome per entry (best first), then one per reference."""
         out = [
-            _outcome(
-                e, e.raw_tokens, e.tokens if e.status != "dropped" else 0, e.status, e.allocated, e.fallback_reason
-            )
-            for e in self.ranked()
+            _outcome(e, e.raw_tokens, e.tokens, e.status, e.allocated, e.fallback_reason) for e in self.entries.values()
         ]
         for slots in self.slots.values():
             out += [_outcome(self.entries[s.key], s.original_tokens, 0, "reference") for s in slots if s.ref]
@@ -195,30 +185,50 @@ class ArticleTable:
 
 
 class BudgetRun:
-    """The state of one budget run and its steps (see the module docstring)."""
+    """The state of one budget run and its steps (see the module docstring): built on the prompt as it came,
+    rendered and counted, with the report's limits and fixed part filled in."""
 
-    report: BudgetReport
     messages: list[ChatMessage]
     q_idx: int
     results: Mapping[str, SearchResult]
     table: ArticleTable
     sent: list[ChatMessage]
-    sent_results: Mapping[str, SearchResult]
     total: int
 
     def __init__(
         self,
+        messages: Sequence[ChatMessage],
+        results: Mapping[str, SearchResult],
         render: Renderer,
         tools: Sequence[Any] | None,
         accountant: PromptAccountant,
         limits: WindowLimits,
+        *,
         fallback_context_window: int | None = None,
+        compressor: str = "",
     ) -> None:
         self.render, self.tools, self.acc, self.tokens = render, tools, accountant, accountant.tokens
         self.limits, self.fallback_context_window = limits, fallback_context_window
         self.started = time.perf_counter()
         self.removed: set[int] = set()
-        self.rewritten = self.memory_changed = self.done = False
+        self.rewritten = self.memory_changed = False
+        self.use(messages, results)
+        tokens_before = self.send()
+        self.report = BudgetReport(
+            context_window=limits.context_window,
+            trigger_pct=limits.trigger_pct,
+            target_pct=limits.target_pct,
+            trigger_tokens=limits.trigger,
+            target_tokens=limits.target,
+            safety_margin_pct=limits.margin_pct,
+            safety_margin_tokens=limits.margin,
+            reserved_output_tokens=limits.max_output_tokens,
+            hard_limit_tokens=limits.hard_limit,
+            fixed_tokens=self.fixed_tokens(),
+            min_article_tokens=limits.min_article_tokens,
+            compressor=compressor,
+            tokens_before=tokens_before,
+        )
 
     def use(self, messages: Sequence[ChatMessage], results: Mapping[str, SearchResult]) -> None:
         """Budget ``messages``; their search results with articles (by call id) make the article table."""
@@ -255,11 +265,12 @@ class BudgetRun:
         return [m for i, m in enumerate(self.messages) if i not in self.removed]
 
     def send(self) -> int:
-        """Render (the table's results once rewritten, else the results as they came) and count it."""
+        """Render what is left (the table's results once rewritten, else the results as they came), count it."""
         gone = self.removed_calls()
+        self.table.reassign(gone)
         results = self.table.results(gone) if self.rewritten else self.table.originals
         self.sent = self.render(self.conversation(), results, self.table.shown(gone))
-        self.sent_results, self.total = results, self.acc.count_prompt(self.sent, tools=self.tools)
+        self.total = self.acc.count_prompt(self.sent, tools=self.tools)
         return self.total
 
     def path(self, step: str) -> None:
@@ -274,10 +285,10 @@ class BudgetRun:
         self.rewritten = True
         if self.table.repeats:
             self.path("deduplicated")
-        entries = self.table.ranked()
+        entries = list(self.table.entries.values())
         self.report.article_tokens_before = sum(e.raw_tokens for e in entries)
         min_tokens, dropped = self.limits.min_article_tokens, set[str]()
-        for _ in range(_PLAN_ROUNDS):
+        while True:
             alive = [e for e in entries if e.key not in dropped]
             # Skeleton: the prompt with every surviving article's content empty, its metadata as if compressed.
             for e in entries:
@@ -351,22 +362,13 @@ class BudgetRun:
             self.recommend_fallback("all articles had to be dropped to fit the window")
         history, turn = group_spans(self.messages, 0, self.q_idx), group_spans(self.messages, self.q_idx + 1)
         for spans, step in ((history, "history_dropped"), (turn, "tool_calls_dropped")):
-            freed = 0  # estimated tokens of the messages removed since the last count
             for span in spans:
-                if self.total - freed <= hard:
-                    break
-                if all(self.messages[i].role == MessageRole.SYSTEM for i in span):
-                    continue
-                self.removed.update(span)
-                self.path(step)
-                freed += sum(self.acc.count_message(self.messages[i]) for i in span)
-                if self.total - freed <= hard:  # enough by the estimate: render and count what is left
-                    self.table.reassign(self.removed_calls())
+                if self.total <= hard:
+                    return
+                if any(self.messages[i].role != MessageRole.SYSTEM for i in span):
+                    self.removed.update(span)
+                    self.path(step)
                     self.send()
-                    freed = 0
-            if freed:
-                self.table.reassign(self.removed_calls())
-                self.send()
 
     def close(self, default_article_tokens: int, max_articles: int | None) -> BudgetReport:
         """The report, completed: what was sent, per article, and how many articles the next search may add."""
