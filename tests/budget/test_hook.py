@@ -20,6 +20,7 @@ from ragidx.budget import (
     ContextBudget,
     ContextBudgetEvent,
     ContextWindowTooSmallError,
+    Fit,
     PromptAccountant,
     RetrievalCap,
     TruncateCompressor,
@@ -65,6 +66,11 @@ def scenario_8k() -> tuple[str, list[ChatMessage]]:
         tool_result("c1", five_articles()),
     ]
     return system, messages
+
+
+def fit_8k(budget: ContextBudget) -> Fit:
+    system, messages = scenario_8k()
+    return fit(budget, messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
 
 
 def test_under_trigger_returns_none_and_reports() -> None:
@@ -269,15 +275,7 @@ def test_misbehaving_compressor_never_breaks_the_window(behaviour: str) -> None:
         async def acompress(self, art: Article, target_tokens: int, question: str) -> str:
             return self.compress(art, target_tokens, question)
 
-    system, messages = scenario_8k()
-    result = fit(
-        ContextBudget(compressor=Bad()),
-        messages,
-        system_prompt=system,
-        tools=TOOLS,
-        context_window=8192,
-        max_output_tokens=512,
-    )
+    result = fit_8k(ContextBudget(compressor=Bad()))
     assert result.changed
     assert prompt_tokens(result.messages) <= result.report.hard_limit_tokens
     reasons = {a.fallback_reason for a in result.report.articles}
@@ -313,8 +311,7 @@ def test_cap_is_set_for_the_retrieve_tool() -> None:
     budget = ContextBudget(cap=cap, max_articles_per_call=5)
     fit(budget, [user("q")], context_window=200_000, max_output_tokens=1024)
     assert cap.limit(5) == 5
-    system, messages = scenario_8k()
-    result = fit(budget, messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512)
+    result = fit_8k(budget)
     assert result.report.article_cap == cap.get()
     assert cap.limit(5) < 5  # the prompt is full: fewer articles next time
 
@@ -330,10 +327,7 @@ def test_event_carries_the_report() -> None:
     handler = Collector()
     root.add_event_handler(handler)
     try:
-        system, messages = scenario_8k()
-        result = fit(
-            ContextBudget(), messages, system_prompt=system, tools=TOOLS, context_window=8192, max_output_tokens=512
-        )
+        result = fit_8k(ContextBudget())
     finally:
         root.event_handlers.remove(handler)
     events = [e for e in seen if isinstance(e, ContextBudgetEvent)]
@@ -376,16 +370,8 @@ def test_llm_summaries_keep_title_and_url_for_citations() -> None:
     from ragidx.budget import LLMSummaryCompressor
     from tests.fakes.scripted_llm import ScriptedLLM
 
-    system, messages = scenario_8k()
     llm = ScriptedLLM(["Install the driver from the vendor page, then restart."], cycle=True)
-    result = fit(
-        ContextBudget(compressor=LLMSummaryCompressor(llm)),
-        messages,
-        system_prompt=system,
-        tools=TOOLS,
-        context_window=8192,
-        max_output_tokens=512,
-    )
+    result = fit_8k(ContextBudget(compressor=LLMSummaryCompressor(llm)))
     assert result.changed
     arts = payload_of(result.messages[-1])["articles"]
     assert [(a["title"], a["url"]) for a in arts] == [(f"Article kb{i}", f"https://kb.example/kb{i}") for i in range(5)]
