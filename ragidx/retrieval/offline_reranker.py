@@ -140,7 +140,11 @@ class OfflineChunkReranker(ChunkReranker):
         }
 
     def _score(self, query: str, nodes: Sequence[NodeWithScore]) -> list[tuple[int, float]]:
-        features = candidate_features(
+        return list(enumerate(self.combine(self.features(query, nodes))))
+
+    def features(self, query: str, nodes: Sequence[NodeWithScore]) -> CandidateFeatures:
+        """The raw features of each candidate chunk (the title from its metadata, its text, its score)."""
+        return candidate_features(
             query,
             [str(n.node.metadata.get("title") or "") for n in nodes],
             [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes],
@@ -148,9 +152,16 @@ class OfflineChunkReranker(ChunkReranker):
             k1=self.k1,
             b=self.b,
         )
-        total = [0.0] * len(nodes)
+
+    def combine(self, features: CandidateFeatures) -> list[float]:
+        """The rerank score of each candidate: the weighted sum of its min-max scaled features.
+
+        Split from ``_score`` so a caller that tries several weightings on one candidate pool (the tuner)
+        computes the features once.
+        """
+        total = [0.0] * len(features.retrieval)
         for name, weight in self.weights.items():
             if weight:
                 for i, value in enumerate(_min_max(features.get(name))):
                     total[i] += weight * value
-        return list(enumerate(total))
+        return total

@@ -9,7 +9,8 @@ hybrid query of every process and after every ``add``, ignores ``alpha``, return
   ``kb_id``, and an IVF_HNSW_SQ vector index once the table is large enough for one to pay;
 - ``VectorStoreQueryMode.HYBRID`` fuses dense and full-text results by relative score fusion with
   ``alpha`` (1.0 = vector only, 0.0 = keyword only), the same formula Weaviate uses, so ``alpha``
-  means the same on both backends;
+  means the same on both backends; ``query(..., fusion="rrf")`` fuses by reciprocal rank instead
+  (Weaviate's ``rankedFusion``);
 - filters are translated with quoting and support ==, !=, <, >, <=, >=, in, nin and nested AND/OR.
 
 Example:
@@ -42,7 +43,7 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import Field, PrivateAttr
 
-from ragidx.stores.fusion import relative_score_fusion
+from ragidx.stores.fusion import FUSIONS, fuse
 
 logger = logging.getLogger(__name__)
 
@@ -220,9 +221,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 table.create_scalar_index("kb_id", index_type="BTREE")
             rows = table.count_rows()
             if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
-                table.create_index(
-                    metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True
-                )
+                table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
             # Merge new rows into the indexes and compact small fragments.
             table.optimize()
 
@@ -246,6 +245,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         return [self._row_to_node(r) for r in rows]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Dense, full-text or hybrid search; ``fusion="rrf"`` (a keyword argument, e.g. the retriever's
+        ``vector_store_kwargs``) fuses hybrid results by reciprocal rank instead of relative score."""
+        fusion = kwargs.get("fusion") or "relative_score"
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {fusion!r}: use {' or '.join(FUSIONS)}")
         table = self._open()
         if table is None or table.count_rows() == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
@@ -264,10 +268,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             dense_rows, dense_scores = self._dense(table, query, k, where)
             text_rows, text_scores = self._fts(table, query.query_str, sparse_k, where)
             by_id = {r["id"]: r for r in dense_rows + text_rows}
-            fused = relative_score_fusion(
+            fused = fuse(
                 dict(zip([r["id"] for r in dense_rows], dense_scores, strict=True)),
                 dict(zip([r["id"] for r in text_rows], text_scores, strict=True)),
                 alpha=alpha,
+                method=fusion,
             )
             top = fused[: query.similarity_top_k]
             rows = [by_id[i] for i, _ in top]
@@ -379,9 +384,7 @@ def filters_to_sql(filters: MetadataFilters) -> str:
 
 def _filter_to_sql(f: MetadataFilter) -> str:
     if f.key not in FILTERABLE_COLUMNS:
-        raise ValueError(
-            f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}"
-        )
+        raise ValueError(f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}")
     if f.operator in _SQL_OPS:
         return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
     if f.operator in (FilterOperator.IN, FilterOperator.NIN):

@@ -3,6 +3,7 @@
 Fixes over the integration as shipped (1.7.x):
 
 - ``alpha=0.0`` (keyword only) is honoured; the integration turns it into 0.5 (``alpha or 0.5``);
+- ``query(..., fusion="rrf")`` asks for ranked fusion, otherwise relative score fusion;
 - a tenant is a property filter on every query and delete (the integration has no tenants);
 - ``delete_articles`` removes the chunks of many articles in one ``delete_many``;
 - ``finalize`` is a no-op (Weaviate indexes as it writes), so ingestion has one code path.
@@ -63,10 +64,13 @@ class WeaviateChunkStore(WeaviateVectorStore):
     def get_query_parameters(
         self, query: VectorStoreQuery, property_types: dict[str, Any] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        fusion = kwargs.pop("fusion", None)  # ours, not a query.hybrid argument
         params: dict[str, Any] = super().get_query_parameters(query, property_types=property_types, **kwargs)
         if query.mode == VectorStoreQueryMode.HYBRID and query.query_str:
             params["alpha"] = DEFAULT_ALPHA if query.alpha is None else query.alpha
-            params["fusion_type"] = wvc.query.HybridFusion.RELATIVE_SCORE
+            params["fusion_type"] = (
+                wvc.query.HybridFusion.RANKED if fusion == "rrf" else wvc.query.HybridFusion.RELATIVE_SCORE
+            )
         elif query.mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.SPARSE):
             params["alpha"] = 0.0
         else:

@@ -1,0 +1,258 @@
+"""RetrievalTuner: score every candidate configuration on queries with known answers, pick the best.
+
+Running the whole chain once per configuration and query would cost ~180 configurations × N queries
+of searches. The tuner searches once per query instead: the dense list and the keyword list, each
+``max(depths)`` deep, straight from the chunk store. Every configuration is then replayed from those
+two lists exactly as the store and :class:`~ragidx.retrieval.retriever.ArticleRetriever` run it: the
+top ``candidate_chunks`` of each list, fused (``ragidx.stores.fusion``, alpha 0 being keyword search
+alone), reranked (the offline reranker's features computed once per pool, then each weighting), kept to
+``rerank_top_n``, grouped to articles by their best chunk. The rankings are scored with the evaluation
+code (``score_runs``: nDCG@10, Recall@10, MRR@10).
+
+The queries are pseudo-queries (``ragidx.tuning.pseudo_queries``) for ``ragidx tune``, or labelled
+queries when ``ragidx eval retrieval`` reports what each candidate would really score.
+
+Example:
+    >>> tuner = RetrievalTuner(chunk_store, embed_model, settings)            # doctest: +SKIP
+    >>> pools = tuner.pools({"q1": "insert a table"})                          # doctest: +SKIP
+    >>> tuner.score(candidate_configs(settings), pools, {"q1": {"lo-42": 1}})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery, VectorStoreQueryMode
+
+from ragidx.config import Settings
+from ragidx.evaluation.retrieval import ndcg_at_k, score_runs
+from ragidx.retrieval.article_grouper import group_chunks
+from ragidx.retrieval.chunk_reranker import ChunkReranker
+from ragidx.retrieval.factory import build_chunk_reranker
+from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+from ragidx.stores.fusion import fuse
+from ragidx.tuning.candidates import RetrievalConfig
+
+__all__ = ["CandidateScore", "QueryPool", "RetrievalTuner", "pick"]
+
+logger = logging.getLogger(__name__)
+
+RANKED_ARTICLES = 10
+"""Articles ranked per query and configuration (nDCG@10 reads ten)."""
+
+
+@dataclass(frozen=True)
+class QueryPool:
+    """What the store returned for one query: dense and keyword hits, best first, ``depth`` each."""
+
+    query: str
+    dense: list[NodeWithScore]
+    keyword: list[NodeWithScore]
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    """A configuration and its mean metrics over the queries (``ndcg@10``, ``recall@10``, ``mrr@10``)."""
+
+    config: RetrievalConfig
+    metrics: dict[str, float]
+    per_query: dict[str, float]
+    """nDCG@10 of each query, for paired comparisons."""
+
+    @property
+    def ndcg(self) -> float:
+        return self.metrics["ndcg@10"]
+
+
+class RetrievalTuner:
+    """Replays candidate configurations over once-searched candidate pools and scores them.
+
+    Args:
+        chunk_store: the vector store holding the chunks (dense and full-text search).
+        embed_model: the embedding model the chunks were indexed with.
+        settings: supplies ``rerank_top_n`` and the configured reranker (for non-offline rerankers).
+        filters: metadata filters every search gets (the tenant).
+
+    Example:
+        >>> RetrievalTuner(store, embed, Settings()).depth      # doctest: +SKIP
+        100
+    """
+
+    def __init__(
+        self,
+        chunk_store: Any,
+        embed_model: Any,
+        settings: Settings,
+        *,
+        filters: MetadataFilters | None = None,
+        depth: int = 100,
+    ) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self.chunk_store = chunk_store
+        self.embed_model = embed_model
+        self.settings = settings
+        self.filters = filters
+        self.depth = depth
+        self._rerankers: dict[str, ChunkReranker | None] = {}
+
+    # --- searching once ------------------------------------------------------------------------------
+    def pool(self, query: str) -> QueryPool:
+        """Dense and keyword hits for ``query``, ``depth`` of each."""
+        embedding = self.embed_model.get_query_embedding(query)
+        dense = self.chunk_store.query(
+            VectorStoreQuery(
+                query_embedding=embedding,
+                similarity_top_k=self.depth,
+                mode=VectorStoreQueryMode.DEFAULT,
+                filters=self.filters,
+            )
+        )
+        keyword = self.chunk_store.query(
+            VectorStoreQuery(
+                query_str=query,
+                similarity_top_k=self.depth,
+                mode=VectorStoreQueryMode.TEXT_SEARCH,
+                filters=self.filters,
+            )
+        )
+        return QueryPool(query, _with_scores(dense), _with_scores(keyword))
+
+    def pools(self, queries: Mapping[str, str], *, progress: bool = False) -> dict[str, QueryPool]:
+        """One pool per query id (searches run here, once)."""
+        bar = _bar(len(queries), progress, "search")
+        out = {}
+        for qid, query in queries.items():
+            out[qid] = self.pool(query)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return out
+
+    # --- replaying configurations --------------------------------------------------------------------
+    def rankings(
+        self, configs: Sequence[RetrievalConfig], pools: Mapping[str, QueryPool], *, progress: bool = False
+    ) -> dict[RetrievalConfig, dict[str, list[str]]]:
+        """Each configuration's article ranking (kb_ids, best first, ``RANKED_ARTICLES``) of each query."""
+        for c in configs:
+            if c.candidate_chunks > self.depth:
+                raise ValueError(
+                    f"{c.label}: candidate_chunks {c.candidate_chunks} exceeds the pool depth {self.depth}"
+                )
+        runs: dict[RetrievalConfig, dict[str, list[str]]] = {c: {} for c in configs}
+        by_search: dict[tuple[float, str, int], list[RetrievalConfig]] = {}
+        for c in configs:
+            by_search.setdefault((c.alpha, c.fusion, c.candidate_chunks), []).append(c)
+        bar = _bar(len(pools), progress, "score")
+        for qid, pool in pools.items():
+            for (alpha, fusion, depth), group in by_search.items():
+                fused = _fused(pool, alpha, fusion, depth)
+                for config, chunks in self._reranked(pool.query, fused, group):
+                    runs[config][qid] = [g.kb_id for g in group_chunks(chunks)][:RANKED_ARTICLES]
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return runs
+
+    def score(
+        self,
+        configs: Sequence[RetrievalConfig],
+        pools: Mapping[str, QueryPool],
+        qrels: Mapping[str, Mapping[str, int]],
+        *,
+        progress: bool = False,
+    ) -> list[CandidateScore]:
+        """Every configuration's metrics on the pooled queries, in the order given."""
+        judged = {q: dict(qrels[q]) for q in pools if q in qrels}
+        runs = self.rankings(configs, {q: pools[q] for q in judged}, progress=progress)
+        out = []
+        for c in configs:
+            metrics = score_runs(runs[c], [], judged)
+            metrics = {k: v for k, v in metrics.items() if k in ("ndcg@10", "recall@10", "mrr@10")}
+            per_query = {q: ndcg_at_k(runs[c].get(q, []), rel, 10) for q, rel in judged.items()}
+            out.append(CandidateScore(c, metrics, per_query))
+        return out
+
+    def _reranked(
+        self, query: str, fused: list[NodeWithScore], configs: Sequence[RetrievalConfig]
+    ) -> list[tuple[RetrievalConfig, list[NodeWithScore]]]:
+        """The chunks each configuration keeps after its rerank stage, as ``ArticleRetriever.rerank`` does."""
+        keep_plain = max(self.settings.rerank_top_n, RANKED_ARTICLES)
+        out: list[tuple[RetrievalConfig, list[NodeWithScore]]] = []
+        features = None
+        for c in configs:
+            if c.reranker == "none":
+                out.append((c, fused[:keep_plain]))
+            elif c.reranker == "offline" and c.weights is not None:
+                reranker = OfflineChunkReranker(
+                    retrieval_weight=c.weights[0],
+                    lexical_weight=c.weights[1],
+                    title_weight=c.weights[2],
+                    phrase_weight=c.weights[3],
+                )
+                if features is None:
+                    features = reranker.features(query, fused)
+                scores = reranker.combine(features)
+                order = sorted(range(len(fused)), key=lambda i: (-scores[i], i))[: self.settings.rerank_top_n]
+                out.append((c, [NodeWithScore(node=fused[i].node, score=scores[i]) for i in order]))
+            else:
+                reranker_ = self._reranker(c.reranker)
+                chunks = reranker_.postprocess_nodes(fused, query_str=query) if reranker_ is not None else fused
+                out.append((c, chunks[:keep_plain]))
+        return out
+
+    def _reranker(self, name: str) -> ChunkReranker | None:
+        if name not in self._rerankers:
+            self._rerankers[name] = build_chunk_reranker(self.settings.model_copy(update={"reranker": name}))
+        return self._rerankers[name]
+
+
+def pick(scores: Sequence[CandidateScore], untuned: RetrievalConfig, *, min_gain: float = 0.0) -> CandidateScore:
+    """The best-scoring configuration, unless it beats the untuned one by no more than ``min_gain``.
+
+    Ties go to the earlier candidate (the untuned one is first in ``candidate_configs``).
+    """
+    if not scores:
+        raise ValueError("no candidates were scored")
+    best = max(scores, key=lambda s: s.ndcg)  # max keeps the first of equal scores
+    current = next((s for s in scores if s.config == untuned), None)
+    if current is not None and best.ndcg - current.ndcg <= min_gain:
+        return current
+    return best
+
+
+def _with_scores(result: Any) -> list[NodeWithScore]:
+    nodes = result.nodes or []
+    scores = result.similarities or [0.0] * len(nodes)
+    return [NodeWithScore(node=n, score=float(s)) for n, s in zip(nodes, scores, strict=False)]
+
+
+def _fused(pool: QueryPool, alpha: float, fusion: str, depth: int) -> list[NodeWithScore]:
+    """What a hybrid store query with ``similarity_top_k=sparse_top_k=depth`` returns (see the stores)."""
+    keyword = pool.keyword[:depth]
+    if alpha <= 0.0:
+        return keyword
+    dense = pool.dense[:depth]
+    by_id = {n.node.node_id: n.node for n in keyword}
+    by_id.update({n.node.node_id: n.node for n in dense})
+    fused = fuse(
+        {n.node.node_id: float(n.score or 0.0) for n in dense},
+        {n.node.node_id: float(n.score or 0.0) for n in keyword},
+        alpha=alpha,
+        method=fusion,
+    )[:depth]
+    return [NodeWithScore(node=by_id[i], score=s) for i, s in fused]
+
+
+def _bar(total: int, enabled: bool, desc: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="query", desc=desc)
