@@ -44,7 +44,15 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.terms import terms
 
-__all__ = ["FEATURES", "CandidateFeatures", "OfflineChunkReranker", "candidate_features"]
+__all__ = [
+    "FEATURES",
+    "CandidateFeatures",
+    "ChunkTerms",
+    "OfflineChunkReranker",
+    "candidate_features",
+    "chunk_terms",
+    "pool_features",
+]
 
 FEATURES = ("retrieval", "lexical", "title", "phrase")
 
@@ -63,6 +71,24 @@ class CandidateFeatures:
         return values
 
 
+@dataclass(frozen=True)
+class ChunkTerms:
+    """What the features read of one candidate, independent of the query and the pool: its term counts
+    (title + text), length, adjacent term pairs and title terms. A caller that scores the same chunk in
+    many pools (the tuner) makes it once per chunk."""
+
+    tf: Counter[str]
+    length: int
+    pairs: frozenset[tuple[str, str]]
+    title: frozenset[str]
+
+
+def chunk_terms(title: str, text: str) -> ChunkTerms:
+    """The :class:`ChunkTerms` of a chunk with this article title and text."""
+    d = terms(f"{title}\n{text}")
+    return ChunkTerms(Counter(d), len(d), frozenset(zip(d, d[1:], strict=False)), frozenset(terms(title)))
+
+
 def candidate_features(
     query: str,
     titles: Sequence[str],
@@ -73,29 +99,36 @@ def candidate_features(
     b: float = 0.75,
 ) -> CandidateFeatures:
     """The four features of each candidate (see the module docstring). Pure; inputs are not changed."""
-    q_terms = list(dict.fromkeys(terms(query)))
-    q_pairs = {(a, c) for a, c in zip(terms(query), terms(query)[1:], strict=False) if a != c}
-    title_terms = [set(terms(t)) for t in titles]
-    docs = [terms(f"{t}\n{x}") for t, x in zip(titles, texts, strict=True)]
+    docs = [chunk_terms(t, x) for t, x in zip(titles, texts, strict=True)]
+    return pool_features(query, docs, retrieval_scores, k1=k1, b=b)
+
+
+def pool_features(
+    query: str,
+    docs: Sequence[ChunkTerms],
+    retrieval_scores: Sequence[float | None],
+    *,
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> CandidateFeatures:
+    """``candidate_features`` from the candidates' :class:`ChunkTerms`; only the IDF and the average length
+    depend on the pool."""
+    q_seq = terms(query)
+    q_terms = list(dict.fromkeys(q_seq))
+    q_pairs = {(a, c) for a, c in zip(q_seq, q_seq[1:], strict=False) if a != c}
     n = len(docs)
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(set(d))
+    df = {t: sum(1 for d in docs if t in d.tf) for t in q_terms}
     # Pool IDF, +1 inside the log so a term in every candidate still counts a little (never < 0).
     idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in q_terms}
     q_weight = sum(idf.values()) or 1.0
-    avg_len = (sum(len(d) for d in docs) / n) if n else 1.0
+    avg_len = (sum(d.length for d in docs) / n) if n else 1.0
     lexical, title, phrase = [], [], []
-    for d, t_terms in zip(docs, title_terms, strict=True):
-        tf = Counter(d)
-        norm = k1 * (1.0 - b + b * len(d) / (avg_len or 1.0))
-        lexical.append(sum(idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in q_terms if tf[t]))
-        title.append(sum(idf[t] for t in q_terms if t in t_terms) / q_weight)
-        if q_pairs:
-            pairs = set(zip(d, d[1:], strict=False))
-            phrase.append(len(q_pairs & pairs) / len(q_pairs))
-        else:
-            phrase.append(0.0)
+    for d in docs:
+        tf = d.tf
+        norm = k1 * (1.0 - b + b * d.length / (avg_len or 1.0))
+        lexical.append(sum(idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in q_terms if t in tf))
+        title.append(sum(idf[t] for t in q_terms if t in d.title) / q_weight)
+        phrase.append(len(q_pairs & d.pairs) / len(q_pairs) if q_pairs else 0.0)
     retrieval = [0.0 if s is None or math.isnan(s) else float(s) for s in retrieval_scores]
     return CandidateFeatures(retrieval, lexical, title, phrase)
 

@@ -25,15 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery, VectorStoreQueryMode
 
 from ragidx.config import Settings
 from ragidx.evaluation.retrieval import ndcg_at_k, score_runs
-from ragidx.retrieval.article_grouper import group_chunks
+from ragidx.retrieval.article_grouper import chunk_kb_id
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker
-from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+from ragidx.retrieval.offline_reranker import ChunkTerms, OfflineChunkReranker, chunk_terms, pool_features
 from ragidx.stores.fusion import fuse
 from ragidx.tuning.candidates import RetrievalConfig
 
@@ -99,6 +99,9 @@ class RetrievalTuner:
         self.filters = filters
         self.depth = depth
         self._rerankers: dict[str, ChunkReranker | None] = {}
+        self._offline_rerankers: dict[tuple[float, float, float, float], OfflineChunkReranker] = {}
+        self._terms: dict[str, ChunkTerms] = {}
+        self._kb_ids: dict[str, str | None] = {}
 
     # --- searching once ------------------------------------------------------------------------------
     def pool(self, query: str) -> QueryPool:
@@ -150,10 +153,16 @@ class RetrievalTuner:
             by_search.setdefault((c.alpha, c.fusion, c.candidate_chunks), []).append(c)
         bar = _bar(len(pools), progress, "score")
         for qid, pool in pools.items():
+            nodes = {n.node.node_id: n.node for n in (*pool.keyword, *pool.dense)}
+            for node_id, node in nodes.items():
+                if node_id not in self._kb_ids:
+                    self._kb_ids[node_id] = chunk_kb_id(NodeWithScore(node=node))
+            dense = [(n.node.node_id, float(n.score or 0.0)) for n in pool.dense]
+            keyword = [(n.node.node_id, float(n.score or 0.0)) for n in pool.keyword]
             for (alpha, fusion, depth), group in by_search.items():
-                fused = _fused(pool, alpha, fusion, depth)
-                for config, chunks in self._reranked(pool.query, fused, group):
-                    runs[config][qid] = [g.kb_id for g in group_chunks(chunks)][:RANKED_ARTICLES]
+                fused = _fused(dense, keyword, alpha, fusion, depth)
+                for config, chunks in self._reranked(pool.query, fused, nodes, group):
+                    runs[config][qid] = self._ranked_articles(chunks)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -180,32 +189,62 @@ class RetrievalTuner:
         return out
 
     def _reranked(
-        self, query: str, fused: list[NodeWithScore], configs: Sequence[RetrievalConfig]
-    ) -> list[tuple[RetrievalConfig, list[NodeWithScore]]]:
-        """The chunks each configuration keeps after its rerank stage, as ``ArticleRetriever.rerank`` does."""
+        self,
+        query: str,
+        fused: list[tuple[str, float]],
+        nodes: Mapping[str, BaseNode],
+        configs: Sequence[RetrievalConfig],
+    ) -> list[tuple[RetrievalConfig, list[tuple[str, float]]]]:
+        """The (chunk id, score) pairs each configuration keeps after its rerank stage, as
+        ``ArticleRetriever.rerank`` keeps them."""
         keep_plain = max(self.settings.rerank_top_n, RANKED_ARTICLES)
-        out: list[tuple[RetrievalConfig, list[NodeWithScore]]] = []
+        out: list[tuple[RetrievalConfig, list[tuple[str, float]]]] = []
         features = None
         for c in configs:
             if c.reranker == "none":
                 out.append((c, fused[:keep_plain]))
             elif c.reranker == "offline" and c.weights is not None:
-                reranker = OfflineChunkReranker(
-                    retrieval_weight=c.weights[0],
-                    lexical_weight=c.weights[1],
-                    title_weight=c.weights[2],
-                    phrase_weight=c.weights[3],
-                )
+                reranker = self._offline(c.weights)
                 if features is None:
-                    features = reranker.features(query, fused)
+                    docs = [self._chunk_terms(i, nodes[i]) for i, _ in fused]
+                    features = pool_features(query, docs, [x for _, x in fused], k1=reranker.k1, b=reranker.b)
                 scores = reranker.combine(features)
                 order = sorted(range(len(fused)), key=lambda i: (-scores[i], i))[: self.settings.rerank_top_n]
-                out.append((c, [NodeWithScore(node=fused[i].node, score=scores[i]) for i in order]))
+                out.append((c, [(fused[i][0], scores[i]) for i in order]))
             else:
-                reranker_ = self._reranker(c.reranker)
-                chunks = reranker_.postprocess_nodes(fused, query_str=query) if reranker_ is not None else fused
-                out.append((c, chunks[:keep_plain]))
+                other = self._reranker(c.reranker)
+                candidates = [NodeWithScore(node=nodes[i], score=x) for i, x in fused]
+                reranked = other.postprocess_nodes(candidates, query_str=query) if other is not None else candidates
+                out.append((c, [(n.node.node_id, float(n.score or 0.0)) for n in reranked][:keep_plain]))
         return out
+
+    def _offline(self, weights: tuple[float, float, float, float]) -> OfflineChunkReranker:
+        if weights not in self._offline_rerankers:
+            self._offline_rerankers[weights] = OfflineChunkReranker(
+                retrieval_weight=weights[0],
+                lexical_weight=weights[1],
+                title_weight=weights[2],
+                phrase_weight=weights[3],
+            )
+        return self._offline_rerankers[weights]
+
+    def _chunk_terms(self, node_id: str, node: BaseNode) -> ChunkTerms:
+        """A chunk's terms, made once per tuner: a chunk sits in dozens of pools."""
+        cached = self._terms.get(node_id)
+        if cached is None:
+            title = str(node.metadata.get("title") or "")
+            cached = self._terms[node_id] = chunk_terms(title, node.get_content(metadata_mode=MetadataMode.NONE))
+        return cached
+
+    def _ranked_articles(self, chunks: Sequence[tuple[str, float]]) -> list[str]:
+        """``group_chunks``' article order (best chunk score, ties by first appearance), kb_ids only."""
+        best: dict[str, float] = {}
+        for node_id, score in chunks:
+            kb_id = self._kb_ids.get(node_id)
+            if kb_id is not None and (kb_id not in best or score > best[kb_id]):
+                best[kb_id] = score
+        first_seen = {kb_id: i for i, kb_id in enumerate(best)}
+        return sorted(best, key=lambda k: (-best[k], first_seen[k]))[:RANKED_ARTICLES]
 
     def _reranker(self, name: str) -> ChunkReranker | None:
         if name not in self._rerankers:
@@ -233,21 +272,14 @@ def _with_scores(result: Any) -> list[NodeWithScore]:
     return [NodeWithScore(node=n, score=float(s)) for n, s in zip(nodes, scores, strict=False)]
 
 
-def _fused(pool: QueryPool, alpha: float, fusion: str, depth: int) -> list[NodeWithScore]:
-    """What a hybrid store query with ``similarity_top_k=sparse_top_k=depth`` returns (see the stores)."""
-    keyword = pool.keyword[:depth]
+def _fused(
+    dense: list[tuple[str, float]], keyword: list[tuple[str, float]], alpha: float, fusion: str, depth: int
+) -> list[tuple[str, float]]:
+    """What a hybrid store query with ``similarity_top_k=sparse_top_k=depth`` returns (see the stores):
+    keyword hits alone at alpha 0, else the fusion of the two lists' top ``depth``, cut to ``depth``."""
     if alpha <= 0.0:
-        return keyword
-    dense = pool.dense[:depth]
-    by_id = {n.node.node_id: n.node for n in keyword}
-    by_id.update({n.node.node_id: n.node for n in dense})
-    fused = fuse(
-        {n.node.node_id: float(n.score or 0.0) for n in dense},
-        {n.node.node_id: float(n.score or 0.0) for n in keyword},
-        alpha=alpha,
-        method=fusion,
-    )[:depth]
-    return [NodeWithScore(node=by_id[i], score=s) for i, s in fused]
+        return keyword[:depth]
+    return fuse(dict(dense[:depth]), dict(keyword[:depth]), alpha=alpha, method=fusion)[:depth]
 
 
 def _bar(total: int, enabled: bool, desc: str) -> Any:
