@@ -204,6 +204,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "method": result.method,
         "queries": result.queries,
         "seconds": result.seconds,
+        "load_average": result.load_average,
         "saved": path,
         "candidates": result.candidates,
     }

@@ -106,6 +106,7 @@ def judge_tuning(
         "method": result.method,
         "pseudo_queries": result.queries,
         "seconds": result.seconds,
+        "load_average": result.load_average,
         "picked_ndcg@10": real[result.picked]["ndcg@10"],
         "untuned_ndcg@10": real[result.untuned]["ndcg@10"],
         "best_by_labels": best_real,

@@ -385,10 +385,14 @@ class ArticleStore:
         stmt = select(t.c.kb_id).where(self._mine(), t.c.state == PENDING).order_by(t.c.kb_id)
         return self._read("reading the ledger", lambda conn: [r[0] for r in conn.execute(stmt)])
 
-    def indexed_ids(self) -> list[str]:
-        """The kb_ids whose chunks are in the vector store, in kb_id order."""
+    def indexed_ids(self, min_chunks: int = 0) -> list[str]:
+        """The kb_ids whose chunks (at least ``min_chunks``) are in the vector store, in kb_id order."""
         t = self.table
-        stmt = select(t.c.kb_id).where(self._mine(), t.c.state == INDEXED).order_by(t.c.kb_id)
+        stmt = (
+            select(t.c.kb_id)
+            .where(self._mine(), t.c.state == INDEXED, t.c.chunk_count >= min_chunks)
+            .order_by(t.c.kb_id)
+        )
         return self._read("reading the ledger", lambda conn: [r[0] for r in conn.execute(stmt)])
 
     def ledger_digest(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from typing import Any
@@ -41,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_QUERIES = 300
 """Pseudo-queries per calibration (articles sampled); fewer when the KB is smaller."""
+MIN_HELD_OUT = 20
+"""Fewest multi-chunk articles the ``held_out`` method works with."""
 MIN_GAIN = 0.0
 """nDCG@10 a candidate must gain over the untuned configuration on the pseudo-queries to replace it."""
 
@@ -59,6 +62,13 @@ def pseudo_queries(
     ids = article_store.indexed_ids()
     if not ids:
         raise ValueError("the knowledge base is empty: run `ragidx ingest PATH` before `ragidx tune`")
+    if method == "held_out":
+        ids = article_store.indexed_ids(min_chunks=2)
+        if len(ids) < MIN_HELD_OUT:
+            raise ValueError(
+                f"method 'held_out' needs articles of two or more chunks: this KB has {len(ids)} "
+                f"(fewer than {MIN_HELD_OUT}); use --method masked_sentence or title"
+            )
     sample = random.Random(seed).sample(ids, min(queries, len(ids)))
     by_id = article_store.get(sample)
     articles = [by_id[k] for k in sample if k in by_id]
@@ -110,7 +120,8 @@ def calibrate(
     tuner = RetrievalTuner(
         chunk_store, embed_model, settings, filters=filters, depth=max(c.candidate_chunks for c in configs)
     )
-    pools = tuner.pools({q.qid: q.text for q in pqs}, progress=progress)
+    hide = {q.qid: q.hides for q in pqs if q.hide is not None}
+    pools = tuner.pools({q.qid: q.text for q in pqs}, hide=hide, progress=progress)
     scores = tuner.score(configs, pools, {q.qid: {q.kb_id: 1} for q in pqs}, progress=progress)
     best = pick(scores, untuned, min_gain=min_gain)
     seconds = time.perf_counter() - started
@@ -124,6 +135,7 @@ def calibrate(
         candidates=candidate_rows(scores),
         fingerprint=index_fingerprint(settings, article_store),
         seconds=round(seconds, 1),
+        load_average=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     )
 
 

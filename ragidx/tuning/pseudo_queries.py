@@ -11,6 +11,10 @@ calibration rewards:
 - ``sentence``: a sentence drawn from anywhere in the article, same bias.
 - ``masked_sentence``: a drawn sentence with about half of its content words removed (and its stop words
   kept): fewer exact matches, so keyword search is not handed the answer.
+- ``held_out``: a drawn sentence, and the chunks that hold it are *hidden* from the search results
+  (``PseudoQuery.hide``), so the article has to be found through its other chunks: no verbatim match for
+  either side, only what the rest of the article shares with the sentence's topic (the inverse cloze task
+  of Lee et al., 2019). Only articles of two or more chunks can be used.
 - ``llm``: a question written by the configured LLM for a passage of the article, in other words than
   the passage (:class:`LLMQueryWriter`). Closest to real questions; one LLM call per query.
 
@@ -49,8 +53,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PseudoQueryMethod = Literal["title", "first_sentence", "sentence", "masked_sentence", "llm"]
-CHEAP_METHODS: tuple[PseudoQueryMethod, ...] = ("title", "first_sentence", "sentence", "masked_sentence")
+PseudoQueryMethod = Literal["title", "first_sentence", "sentence", "masked_sentence", "held_out", "llm"]
+CHEAP_METHODS: tuple[PseudoQueryMethod, ...] = ("title", "first_sentence", "sentence", "masked_sentence", "held_out")
 DEFAULT_METHOD: PseudoQueryMethod = "masked_sentence"
 
 MIN_WORDS = 4
@@ -69,6 +73,17 @@ class PseudoQuery:
     text: str
     kb_id: str
     method: str
+    hide: str | None = None
+    """Text whose chunks (in ``kb_id``) are removed from the results: the sentence, for ``held_out``."""
+
+    def hides(self, kb_id: str | None, chunk_text: str) -> bool:
+        """Whether a chunk is hidden from this query: it is in the source article and holds the sentence,
+        or a third of it at either end (a sentence may straddle two chunks)."""
+        if self.hide is None or kb_id != self.kb_id:
+            return False
+        text = " ".join(chunk_text.split())
+        cut = max(12, len(self.hide) // 3)
+        return self.hide in text or self.hide[:cut] in text or self.hide[-cut:] in text
 
 
 def _sentences(article: Article) -> list[str]:
@@ -102,6 +117,7 @@ def make_pseudo_queries(articles: Iterable[Article], method: PseudoQueryMethod, 
     out: list[PseudoQuery] = []
     for article in articles:
         text: str | None = None
+        hide: str | None = None
         if method == "title":
             title = " ".join(article.title.split())
             text = title if len(words(title)) >= 2 and title != article.kb_id else None
@@ -114,8 +130,10 @@ def make_pseudo_queries(articles: Iterable[Article], method: PseudoQueryMethod, 
                     text = rng.choice(sentences)
                     if method == "masked_sentence":
                         text = _mask(text, rng)
+                    elif method == "held_out":
+                        hide = text
         if text:
-            out.append(PseudoQuery(f"pq{len(out)}", text, article.kb_id, method))
+            out.append(PseudoQuery(f"pq{len(out)}", text, article.kb_id, method, hide))
     return out
 
 

@@ -98,6 +98,8 @@ class TuningResult:
     """``{"config": label, "settings": {...}, "ndcg@10": ..., "recall@10": ..., "mrr@10": ...}`` each."""
     fingerprint: str
     seconds: float = 0.0
+    load_average: float | None = None
+    """The machine's 1-minute load average when tuning ended (for reading ``seconds``)."""
     created_at: float = field(default_factory=time.time)
     format: int = TUNING_FORMAT
 

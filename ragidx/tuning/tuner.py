@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 RANKED_ARTICLES = 10
 """Articles ranked per query and configuration (nDCG@10 reads ten)."""
+HIDDEN_MARGIN = 5
+"""Extra hits fetched per list when some chunks will be hidden, so the lists stay ``depth`` long."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,15 @@ class RetrievalTuner:
         self._kb_ids: dict[str, str | None] = {}
 
     # --- searching once ------------------------------------------------------------------------------
-    def pool(self, query: str) -> QueryPool:
-        """Dense and keyword hits for ``query``, ``depth`` of each."""
+    def pool(self, query: str, hide: Callable[[str | None, str], bool] | None = None) -> QueryPool:
+        """Dense and keyword hits for ``query``, ``depth`` of each; chunks for which ``hide(kb_id, text)`` is
+        true are left out (held-out pseudo-queries)."""
         embedding = self.embed_model.get_query_embedding(query)
+        extra = HIDDEN_MARGIN if hide is not None else 0
         dense = self.chunk_store.query(
             VectorStoreQuery(
                 query_embedding=embedding,
-                similarity_top_k=self.depth,
+                similarity_top_k=self.depth + extra,
                 mode=VectorStoreQueryMode.DEFAULT,
                 filters=self.filters,
             )
@@ -118,19 +122,29 @@ class RetrievalTuner:
         keyword = self.chunk_store.query(
             VectorStoreQuery(
                 query_str=query,
-                similarity_top_k=self.depth,
+                similarity_top_k=self.depth + extra,
                 mode=VectorStoreQueryMode.TEXT_SEARCH,
                 filters=self.filters,
             )
         )
-        return QueryPool(query, _with_scores(dense), _with_scores(keyword))
+        dense_hits, keyword_hits = _with_scores(dense), _with_scores(keyword)
+        if hide is not None:
+            dense_hits = [n for n in dense_hits if not hide(chunk_kb_id(n), n.node.get_content())][: self.depth]
+            keyword_hits = [n for n in keyword_hits if not hide(chunk_kb_id(n), n.node.get_content())][: self.depth]
+        return QueryPool(query, dense_hits, keyword_hits)
 
-    def pools(self, queries: Mapping[str, str], *, progress: bool = False) -> dict[str, QueryPool]:
-        """One pool per query id (searches run here, once)."""
+    def pools(
+        self,
+        queries: Mapping[str, str],
+        *,
+        hide: Mapping[str, Callable[[str | None, str], bool]] | None = None,
+        progress: bool = False,
+    ) -> dict[str, QueryPool]:
+        """One pool per query id (searches run here, once); ``hide`` maps a query id to its chunk filter."""
         bar = _bar(len(queries), progress, "search")
         out = {}
         for qid, query in queries.items():
-            out[qid] = self.pool(query)
+            out[qid] = self.pool(query, (hide or {}).get(qid))
             if bar is not None:
                 bar.update(1)
         if bar is not None:

@@ -78,3 +78,13 @@ def test_unusable_questions_are_skipped_with_a_named_reason(reply: str, reason: 
     writer = LLMQueryWriter(ScriptedLLM([reply]))
     assert writer.write([ARTICLES[0]]) == []
     assert dict(writer.fallbacks) == {reason: 1}
+
+
+def test_held_out_queries_hide_the_chunks_that_hold_their_sentence() -> None:
+    (q, *_) = make_pseudo_queries(ARTICLES, "held_out", seed=2)
+    assert q.hide == q.text and q.kb_id == "tables"
+    assert q.hides("tables", f"Some words before. {q.text} And after.")
+    assert q.hides("tables", f"A chunk that ends in the first part: {q.text[: len(q.text) // 2]}")
+    assert not q.hides("print", q.text)  # another article's chunk is never hidden
+    assert not q.hides("tables", "A chunk of the same article without the sentence.")
+    assert make_pseudo_queries(ARTICLES, "sentence", seed=2)[0].hide is None

@@ -76,3 +76,12 @@ def test_a_config_deeper_than_the_pool_is_refused(kb: tuple, tmp_path: Path) -> 
     tuner = RetrievalTuner(chunks, embed, Settings(), depth=30)
     with pytest.raises(ValueError, match="exceeds the pool depth"):
         tuner.rankings([RetrievalConfig(0.5, "relative_score", 50, "none")], {})
+
+
+def test_hidden_chunks_never_reach_the_pool(kb: tuple) -> None:
+    chunks, _, embed = kb
+    tuner = RetrievalTuner(chunks, embed, Settings(), depth=100)
+    pool = tuner.pools({"q": "insert a table"}, hide={"q": lambda kb_id, _text: kb_id == "tables"})["q"]
+    ids = {n.node.metadata["kb_id"] for n in (*pool.dense, *pool.keyword)}
+    assert ids and "tables" not in ids
+    assert "tables" in {n.node.metadata["kb_id"] for n in tuner.pool("insert a table").keyword}
