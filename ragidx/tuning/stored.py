@@ -78,6 +78,7 @@ INDEX_NEUTRAL_FIELDS = frozenset(
         "memory_trigger_pct",
         "compressor",
         "max_tool_rounds",
+        "plan_searches",
     }
 )
 """Settings that leave the index and the ranking of configurations alone. Every other field (including
