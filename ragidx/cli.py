@@ -5,7 +5,7 @@
     ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
     ragidx stats
-    ragidx tune [--queries N] [--method masked_sentence|sentence|first_sentence|title|llm] [--dry-run]
+    ragidx tune [--queries N] [--method held_out|masked_sentence|sentence|first_sentence|title|llm] [--dry-run]
     ragidx migrate-articles [--to URL] [--from FILE]
     ragidx eval retrieval --beir DIR [--limit N]
     ragidx eval compression --hotpotqa FILE [--limit N]
@@ -293,9 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, default=None, help="pseudo-queries (articles sampled; default 300)")
     p.add_argument(
         "--method",
-        choices=["masked_sentence", "sentence", "first_sentence", "title", "llm"],
+        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title", "llm"],
         default=None,
-        help="how pseudo-queries are made (default masked_sentence; llm: the configured LLM writes questions)",
+        help="how pseudo-queries are made (default held_out; llm: the configured LLM writes questions)",
     )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--dry-run", action="store_true", help="report the choice without storing it")

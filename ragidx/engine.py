@@ -133,7 +133,7 @@ class Engine:
     ) -> Any:
         """Calibrate retrieval on this KB without labels and store the choice beside the index.
 
-        Pseudo-queries are made from a sample of the articles (``method``: ``masked_sentence`` by default,
+        Pseudo-queries are made from a sample of the articles (``method``: ``held_out`` by default,
         ``llm`` asks the configured LLM to write them), every candidate configuration of hybrid alpha,
         fusion, candidate depth and rerank stage is scored on them, and the best is kept
         (:func:`ragidx.tuning.calibrate.calibrate`). Explicitly set settings are not tuned and always

@@ -13,9 +13,7 @@ from ragidx.config import Settings
 
 def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     toml = tmp_path / "ragidx.toml"
-    toml.write_text(
-        'top_k = 7\nreranker = "none"\n[llm]\nmodel = "gpt-4o-mini"\napi_base = "https://api.example/v1"\n'
-    )
+    toml.write_text('top_k = 7\nreranker = "none"\n[llm]\nmodel = "gpt-4o-mini"\napi_base = "https://api.example/v1"\n')
     monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
     monkeypatch.setenv("RAGIDX_TOP_K", "9")  # env beats the file
     monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")

@@ -440,9 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune-queries", type=int, default=None, help="pseudo-queries (default 300)")
     tune.add_argument(
         "--tune-method",
-        choices=["masked_sentence", "sentence", "first_sentence", "title"],
+        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title"],
         default=None,
-        help="how pseudo-queries are made (default masked_sentence)",
+        help="how pseudo-queries are made (default held_out)",
     )
     flash = parser.add_argument_group("flash stage (LLM reranker; slow on CPU)")
     flash.add_argument("--flash", action="store_true", help="add the flash rerank stage")

@@ -4,7 +4,8 @@
 articles (seeded), make one pseudo-query per article (``method``), search each once, replay every
 candidate configuration (:class:`~ragidx.tuning.tuner.RetrievalTuner`), and pick the best by nDCG@10
 against the article each query came from. The untuned configuration is kept unless a candidate beats
-it by more than ``min_gain`` (noise in a few hundred pseudo-queries should not move a working setup).
+it convincingly: by more than ``min_gain`` after subtracting ``z`` standard errors of the paired
+per-query gains (noise in a few hundred pseudo-queries should not move a working setup).
 A stage that does not pay is switched off this way: a winner with ``reranker="none"`` turns the rerank
 stage off.
 
@@ -36,16 +37,19 @@ from ragidx.tuning.pseudo_queries import (
 from ragidx.tuning.stored import TuningResult, index_fingerprint
 from ragidx.tuning.tuner import CandidateScore, RetrievalTuner, pick
 
-__all__ = ["DEFAULT_QUERIES", "MIN_GAIN", "calibrate", "pseudo_queries"]
+__all__ = ["DEFAULT_QUERIES", "MIN_GAIN", "Z", "calibrate", "pseudo_queries"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUERIES = 300
 """Pseudo-queries per calibration (articles sampled); fewer when the KB is smaller."""
 MIN_HELD_OUT = 20
-"""Fewest multi-chunk articles the ``held_out`` method works with."""
+"""Fewest multi-chunk articles the ``held_out`` method works with; below it ``HELD_OUT_FALLBACK`` is used."""
+HELD_OUT_FALLBACK: PseudoQueryMethod = "masked_sentence"
 MIN_GAIN = 0.0
-"""nDCG@10 a candidate must gain over the untuned configuration on the pseudo-queries to replace it."""
+"""nDCG@10 a candidate must gain over the untuned configuration on the pseudo-queries to replace it..."""
+Z = 2.0
+"""... after subtracting this many standard errors of its per-query gains (see ``tuner.pick``)."""
 
 
 def pseudo_queries(
@@ -63,12 +67,16 @@ def pseudo_queries(
     if not ids:
         raise ValueError("the knowledge base is empty: run `ragidx ingest PATH` before `ragidx tune`")
     if method == "held_out":
-        ids = article_store.indexed_ids(min_chunks=2)
-        if len(ids) < MIN_HELD_OUT:
-            raise ValueError(
-                f"method 'held_out' needs articles of two or more chunks: this KB has {len(ids)} "
-                f"(fewer than {MIN_HELD_OUT}); use --method masked_sentence or title"
+        multi = article_store.indexed_ids(min_chunks=2)
+        if len(multi) >= MIN_HELD_OUT:
+            ids = multi
+        else:
+            logger.warning(
+                "held_out pseudo-queries need articles of two or more chunks; this KB has %d: using %s instead",
+                len(multi),
+                HELD_OUT_FALLBACK,
             )
+            method = HELD_OUT_FALLBACK
     sample = random.Random(seed).sample(ids, min(queries, len(ids)))
     by_id = article_store.get(sample)
     articles = [by_id[k] for k in sample if k in by_id]
@@ -90,6 +98,7 @@ def calibrate(
     seed: int = 0,
     llm: Any | None = None,
     min_gain: float = MIN_GAIN,
+    z: float = Z,
     progress: bool = False,
     configs: list[RetrievalConfig] | None = None,
 ) -> TuningResult:
@@ -102,7 +111,7 @@ def calibrate(
         method: how to make them (``ragidx.tuning.pseudo_queries``).
         seed: sampling seed (the same index and seed give the same choice).
         llm: the LLM for ``method="llm"``.
-        min_gain: see ``MIN_GAIN``.
+        min_gain, z: see ``MIN_GAIN`` and ``Z``.
         progress: progress bars on stderr.
         configs: the candidates; default ``candidate_configs(settings)``.
     """
@@ -110,6 +119,7 @@ def calibrate(
     pqs = pseudo_queries(article_store, queries=queries, method=method, seed=seed, llm=llm)
     if not pqs:
         raise ValueError(f"no pseudo-queries could be made with method {method!r}; try another --method")
+    used = pqs[0].method  # held_out falls back on KBs of one-chunk articles
     configs = configs or candidate_configs(settings)
     untuned = RetrievalConfig.from_settings(settings)
     if untuned not in configs:
@@ -123,14 +133,14 @@ def calibrate(
     hide = {q.qid: q.hides for q in pqs if q.hide is not None}
     pools = tuner.pools({q.qid: q.text for q in pqs}, hide=hide, progress=progress)
     scores = tuner.score(configs, pools, {q.qid: {q.kb_id: 1} for q in pqs}, progress=progress)
-    best = pick(scores, untuned, min_gain=min_gain)
+    best = pick(scores, untuned, min_gain=min_gain, z=z)
     seconds = time.perf_counter() - started
-    logger.info("tuned on %d %s pseudo-queries in %.1f s: %s", len(pqs), method, seconds, best.config.label)
+    logger.info("tuned on %d %s pseudo-queries in %.1f s: %s", len(pqs), used, seconds, best.config.label)
     return TuningResult(
         settings=best.config.settings_update(),
         picked=best.config.label,
         untuned=untuned.label,
-        method=method,
+        method=used,
         queries=len(pqs),
         candidates=candidate_rows(scores),
         fingerprint=index_fingerprint(settings, article_store),

@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 PseudoQueryMethod = Literal["title", "first_sentence", "sentence", "masked_sentence", "held_out", "llm"]
 CHEAP_METHODS: tuple[PseudoQueryMethod, ...] = ("title", "first_sentence", "sentence", "masked_sentence", "held_out")
-DEFAULT_METHOD: PseudoQueryMethod = "masked_sentence"
+DEFAULT_METHOD: PseudoQueryMethod = "held_out"
 
 MIN_WORDS = 4
 """A pseudo-query shorter than this (in words) is not made: too vague to have one right answer."""

@@ -266,18 +266,38 @@ class RetrievalTuner:
         return self._rerankers[name]
 
 
-def pick(scores: Sequence[CandidateScore], untuned: RetrievalConfig, *, min_gain: float = 0.0) -> CandidateScore:
-    """The best-scoring configuration, unless it beats the untuned one by no more than ``min_gain``.
+def pick(
+    scores: Sequence[CandidateScore], untuned: RetrievalConfig, *, min_gain: float = 0.0, z: float = 0.0
+) -> CandidateScore:
+    """The best-scoring configuration among those that beat the untuned one convincingly, else the untuned.
 
-    Ties go to the earlier candidate (the untuned one is first in ``candidate_configs``).
+    A candidate qualifies when its mean nDCG@10 gain over the untuned configuration, minus ``z`` standard
+    errors of the per-query gains (paired, same queries), exceeds ``min_gain``. ``z=0`` and
+    ``min_gain=0`` take the plain best. Ties go to the earlier candidate (the untuned one comes first in
+    ``candidate_configs``).
     """
     if not scores:
         raise ValueError("no candidates were scored")
-    best = max(scores, key=lambda s: s.ndcg)  # max keeps the first of equal scores
     current = next((s for s in scores if s.config == untuned), None)
-    if current is not None and best.ndcg - current.ndcg <= min_gain:
-        return current
+    if current is None:
+        return max(scores, key=lambda s: s.ndcg)  # max keeps the first of equal scores
+    best = current
+    for s in scores:
+        if s.ndcg > best.ndcg and _lower_bound(s, current, z) > min_gain:
+            best = s
     return best
+
+
+def _lower_bound(candidate: CandidateScore, base: CandidateScore, z: float) -> float:
+    """Mean per-query gain of ``candidate`` over ``base`` minus ``z`` standard errors."""
+    diffs = [candidate.per_query[q] - base.per_query.get(q, 0.0) for q in candidate.per_query]
+    if not diffs:
+        return candidate.ndcg - base.ndcg
+    mean = sum(diffs) / len(diffs)
+    if z <= 0.0 or len(diffs) < 2:
+        return mean
+    var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+    return mean - z * (var / len(diffs)) ** 0.5
 
 
 def _with_scores(result: Any) -> list[NodeWithScore]:

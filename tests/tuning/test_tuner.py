@@ -61,12 +61,19 @@ def test_score_uses_the_labels_and_the_pick_follows_it(kb: tuple) -> None:
     assert len(KB) == 6
 
 
-def test_pick_keeps_the_untuned_config_unless_the_gain_is_larger_than_min_gain() -> None:
+def test_pick_keeps_the_untuned_config_unless_the_gain_is_convincing() -> None:
     untuned = RetrievalConfig(0.5, "relative_score", 50, "none")
     better = RetrievalConfig(0.2, "relative_score", 50, "none")
-    scores = [CandidateScore(untuned, {"ndcg@10": 0.60}, {}), CandidateScore(better, {"ndcg@10": 0.62}, {})]
-    assert pick(scores, untuned).config == better
-    assert pick(scores, untuned, min_gain=0.03).config == untuned
+    lucky = RetrievalConfig(0.8, "relative_score", 50, "none")
+    base = {f"q{i}": 0.5 for i in range(10)}
+    scores = [
+        CandidateScore(untuned, {"ndcg@10": 0.50}, base),
+        CandidateScore(better, {"ndcg@10": 0.55}, {q: 0.55 for q in base}),  # +0.05 on every query
+        CandidateScore(lucky, {"ndcg@10": 0.60}, {**base, "q0": 1.5}),  # +1.0 on one query only
+    ]
+    assert pick(scores, untuned).config == lucky  # the plain best
+    assert pick(scores, untuned, z=2.0).config == better  # the lucky one's gain is one query's noise
+    assert pick(scores, untuned, min_gain=0.06).config == untuned
     with pytest.raises(ValueError, match="no candidates"):
         pick([], untuned)
 
