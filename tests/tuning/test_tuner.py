@@ -73,7 +73,7 @@ def test_pick_keeps_the_untuned_config_unless_the_gain_is_convincing() -> None:
     ]
     assert pick(scores, untuned).config == lucky  # the plain best
     assert pick(scores, untuned, z=2.0).config == better  # the lucky one's gain is one query's noise
-    assert pick(scores, untuned, min_gain=0.06).config == untuned
+    assert pick(scores, untuned, min_gain=0.11).config == untuned  # no mean gain is that large
     with pytest.raises(ValueError, match="no candidates"):
         pick([], untuned)
 
