@@ -47,7 +47,13 @@ from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Wor
 from pydantic import BaseModel, Field
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
-from ragidx.agent.citations import missing_identifiers, resolve_citations, restore_entities, shares_terms
+from ragidx.agent.citations import (
+    missing_identifiers,
+    resolve_citations,
+    restore_entities,
+    shares_terms,
+    ungrounded_numbers,
+)
 from ragidx.budget import ContextBudget
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.dedup import dedupe_articles
@@ -409,6 +415,10 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
+        invented = [] if not_found else ungrounded_numbers(cleaned, sources, turn.question)
+        if invented:
+            logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
+            not_found = True
         answer = self._finish(turn, cleaned, sources, not_found=not_found)
         answer.model_text = text
         return StopEvent(result=answer)

@@ -465,3 +465,13 @@ def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking(
     agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table with Ctrl+F12 in LibreOffice?")  # product names are not checked
     assert not answer.not_found and len(llm.calls) == 1
+
+
+def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
+    agent, _ = make_agent(["A Writer table holds at most 65,536 rows [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How many rows can a table in Writer hold?")
+    assert answer.not_found and answer.citations == [] and "65,536" in answer.model_text
+    agent, _ = make_agent(["Choose Table > Insert Table, 3 times if you need 3 tables [1]."], tool_mode="forced",
+                          plan="never")  # fmt: skip
+    answer = ask(agent, "How do I insert 3 tables?")  # the question itself gives the number
+    assert not answer.not_found
