@@ -203,3 +203,16 @@ def test_explicit_settings_win_over_the_tuning(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("RAGIDX_RERANKER", "offline")
     with _hash_engine(tmp_path) as engine:
         assert engine.retriever.alpha == 0.2 and engine.retriever.reranker is not None
+
+
+def test_a_new_question_searches_uncapped_after_a_full_prompt(tmp_path: Path, writer_kb_file: str) -> None:
+    """The budget caps a turn's later searches by the room left; the next question starts afresh."""
+    from tests.dashboard.fakes import make_engine
+
+    llm = LLMEndpoint(max_prompt_tokens=700)
+    with make_engine(Settings(data_dir=tmp_path, llm=llm, top_k=5)) as engine:
+        engine.ingest(writer_kb_file)
+        first = engine.ask("How do I create, edit and format a table of contents or an index?")
+        assert first.budget_reports[-1].article_cap == 1  # the 700-token prompt was full
+        second = engine.ask("How do I insert page numbers in a footer?")
+    assert second.queries and len(second.budget_reports[-1].articles) == 5  # the search was not capped to 1
