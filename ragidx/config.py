@@ -208,6 +208,11 @@ class Settings(BaseSettings):
         description="Chunk size in the embedding model's own tokens (MiniLM stops at 256).",
     )
     chunk_overlap_tokens: int = Field(default=32, ge=0)
+    default_language: str | None = Field(
+        default=None,
+        description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "
+        "detected per article (py3langid). It picks the Snowball stemmer and stop words of the full-text index.",
+    )
 
     # --- retrieval ---------------------------------------------------------------------------
     hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="0 = keyword only, 1 = vector only.")

@@ -10,8 +10,10 @@ what a cross-encoder would notice and the first-stage search does not:
 - ``retrieval``: the search score the chunk came with (dense + keyword fusion).
 
 Each feature is min-max scaled over the candidates and the rerank score is their weighted sum, in
-[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball (English
-for Latin script, Russian for Cyrillic), so it works on both knowledge bases that ship with ragidx.
+[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball in each
+chunk's language (its ``language`` metadata) and the query's (detected among the candidates' languages
+by ``ragidx.language``); see ``ragidx.terms`` for how a word's script picks the stemmer, so mixed English
+and Russian candidates are compared on the same stems.
 
 How much it adds depends on the corpus, measured with ``ragidx eval retrieval`` (nDCG@10 over
 hybrid search alone, 50 candidates): on HotpotQA (entity titles, keyword-heavy questions) +0.03; on
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
+from ragidx.language import detect_language
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.terms import terms
 
@@ -71,12 +74,20 @@ def candidate_features(
     *,
     k1: float = 1.2,
     b: float = 0.75,
+    languages: Sequence[str | None] | None = None,
+    query_language: str | None = None,
 ) -> CandidateFeatures:
-    """The four features of each candidate (see the module docstring). Pure; inputs are not changed."""
-    q_terms = list(dict.fromkeys(terms(query)))
-    q_pairs = {(a, c) for a, c in zip(terms(query), terms(query)[1:], strict=False) if a != c}
-    title_terms = [set(terms(t)) for t in titles]
-    docs = [terms(f"{t}\n{x}") for t, x in zip(titles, texts, strict=True)]
+    """The four features of each candidate (see the module docstring). Pure; inputs are not changed.
+
+    ``languages`` (one per candidate) and ``query_language`` pick the stemmers (``ragidx.terms``);
+    None: by script alone.
+    """
+    langs = list(languages) if languages is not None else [None] * len(texts)
+    q_seq = terms(query, language=query_language)
+    q_terms = list(dict.fromkeys(q_seq))
+    q_pairs = {(a, c) for a, c in zip(q_seq, q_seq[1:], strict=False) if a != c}
+    title_terms = [set(terms(t, language=lang)) for t, lang in zip(titles, langs, strict=True)]
+    docs = [terms(f"{t}\n{x}", language=lang) for t, x, lang in zip(titles, texts, langs, strict=True)]
     n = len(docs)
     df: Counter[str] = Counter()
     for d in docs:
@@ -140,6 +151,9 @@ class OfflineChunkReranker(ChunkReranker):
         }
 
     def _score(self, query: str, nodes: Sequence[NodeWithScore]) -> list[tuple[int, float]]:
+        languages = [str(n.node.metadata.get("language") or "") or None for n in nodes]
+        present = {lang for lang in languages if lang}
+        query_language = detect_language(query, present) if len(present) > 1 else next(iter(present), None)
         features = candidate_features(
             query,
             [str(n.node.metadata.get("title") or "") for n in nodes],
@@ -147,6 +161,8 @@ class OfflineChunkReranker(ChunkReranker):
             [n.score for n in nodes],
             k1=self.k1,
             b=self.b,
+            languages=languages,
+            query_language=query_language,
         )
         total = [0.0] * len(nodes)
         for name, weight in self.weights.items():
