@@ -118,9 +118,7 @@ def test_the_query_is_stemmed_in_its_language_among_the_collections() -> None:
 
 def test_results_are_parsed_into_nodes_with_scores() -> None:
     store, collection = mock_store()
-    node = TextNode(
-        id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", metadata={"kb_id": "k1"}
-    )
+    node = TextNode(id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", metadata={"kb_id": "k1"})
     node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="k1")
     props = {**node_to_metadata_dict(node, remove_text=True, flat_metadata=False), "text": node.text}
     entry = SimpleNamespace(
@@ -134,9 +132,7 @@ def test_results_are_parsed_into_nodes_with_scores() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(
-    not os.environ.get("WEAVIATE_URL"), reason="set WEAVIATE_URL to run against a Weaviate server"
-)
+@pytest.mark.skipif(not os.environ.get("WEAVIATE_URL"), reason="set WEAVIATE_URL to run against a Weaviate server")
 def test_live_ingest_and_search(tmp_path: object) -> None:
     from pathlib import Path
 
@@ -157,9 +153,7 @@ def test_live_ingest_and_search(tmp_path: object) -> None:
     )
     store = build_weaviate_store(settings)
     try:
-        ing = Ingestor(
-            store, ArticleStore(Path(str(tmp_path)) / "a.sqlite"), HashEmbedding(dim=32), chunk_tokens=40
-        )
+        ing = Ingestor(store, ArticleStore(Path(str(tmp_path)) / "a.sqlite"), HashEmbedding(dim=32), chunk_tokens=40)
         ing.ingest(corpus(6), source="gen")
         before = store.count()
         ing.ingest(corpus(6), source="gen")
