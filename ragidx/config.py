@@ -190,7 +190,9 @@ class Settings(BaseSettings):
     # --- embeddings and chunking ------------------------------------------------------------
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
-        description="'minilm' (bundled), a local sentence-transformers folder, or a model name.",
+        description="'minilm' (bundled, English), 'use-multilingual' (Universal Sentence Encoder multilingual v3, "
+        "16 languages; needs the 'multilingual' extra; for Russian and mixed KBs), a local sentence-transformers "
+        "folder, or a model name.",
     )
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
