@@ -62,6 +62,9 @@ class RecordingProvider:
     def token_counter(self, endpoint: LLMEndpoint) -> Any:
         return self._real.token_counter(endpoint)
 
+    def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: Any) -> None:
+        return None  # prompts are measured at the windows asked for, never capped for time
+
     def close(self) -> None:
         self._real.close()
 

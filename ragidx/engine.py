@@ -145,6 +145,7 @@ class Engine:
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = ContextBudget.from_settings(s, token_counter=tokens, compressor=compressor, cap=cap)
+        deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
             make_retrieve_context_tool(self.retriever, cap=cap),
@@ -160,6 +161,9 @@ class Engine:
             fallback_max_output_tokens=s.fallback_llm.max_output_tokens if s.fallback_llm else None,
             memory=self.memory,
             retries=s.llm.effective_max_retries,
+            plan=s.plan_searches,
+            deadline=deadline,
+            max_prompt_tokens=s.llm.max_prompt_tokens,
         )
 
     @property

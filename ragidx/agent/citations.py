@@ -94,6 +94,30 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
     )
 
 
+# Names a question can mention that a knowledge base either has or has not: snake_case and dotted names
+# (``io_method``, ``pg_stat_io``, ``postgresql.conf``), command-line flags (``--incremental``), camelCase and
+# ALL-CAPS terms (``HNSW``). Plain words are not (documentation paraphrases them), nor capitalized names
+# such as PostgreSQL or LibreOffice: a product's own pages rarely repeat its name.
+_IDENTIFIER = re.compile(
+    r"(?<![\w-])(--?[A-Za-z][\w-]+|[A-Za-z]\w*(?:[_.][A-Za-z0-9]\w*)+|[a-z]+[A-Z]\w*|[A-Z]{3,}\d*)(?!\w)"
+)
+
+
+def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> list[str]:
+    """The names in ``question`` (see ``_IDENTIFIER``) that no source writes, case-insensitively.
+
+    A question about ``io_method`` over articles that never write ``io_method`` cannot be answered from
+    them; a small model asked anyway invents a value ("the default of io_method is 1").
+
+    Example:
+        >>> missing_identifiers("What is the default of io_method and work_mem?", [{"content": "work_mem: 4MB"}])
+        ['io_method']
+    """
+    names = dict.fromkeys(m.strip(".") for m in _IDENTIFIER.findall(question))
+    text = " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources).lower()
+    return [n for n in names if n and n.lower() not in text]
+
+
 def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
     """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
 

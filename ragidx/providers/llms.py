@@ -18,11 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 from llama_index.llms.openai_like import OpenAILike
 
 from ragidx.config import LLMEndpoint
-from ragidx.providers.local_llm import LocalLLMServer, assemble_gguf
+from ragidx.providers.local_llm import LocalLLMServer, assemble_gguf, default_cache_dir
+from ragidx.providers.speed import AnswerDeadline, SpeedLog, machine_key, probe_speed
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,26 @@ class LLMProvider:
         if endpoint.is_local:
             return GGUFTokenCounter(assemble_gguf(endpoint.model, self.model_cache_dir))
         return TokenCounter("cl100k_base")
+
+    def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: TokenCounter) -> AnswerDeadline | None:
+        """The endpoint's answer-time target with its model's speed: from the speed log (kept beside the local
+        models), else measured once now with one short call. None when the endpoint has no deadline."""
+        seconds = endpoint.effective_answer_deadline_s
+        if seconds is None:
+            return None
+        log = SpeedLog((self.model_cache_dir or default_cache_dir()) / "speeds.json")
+        key = (
+            machine_key(endpoint.model, self.threads) if endpoint.is_local else f"{endpoint.model}|{endpoint.api_base}"
+        )
+        speed = log.get(key)
+        if speed is None:
+            try:
+                speed = probe_speed(llm, tokens.count)
+            except Exception as exc:  # the answer still works, only without the time cap
+                logger.warning("could not measure the model's speed (%s); answers are not capped for time", exc)
+                return None
+            log.put(key, speed)
+        return AnswerDeadline(seconds, speed, floor_tokens=endpoint.min_prompt_tokens, log=log, key=key)
 
     def local_server(self, endpoint: LLMEndpoint) -> LocalLLMServer:
         """The (not yet started) server for a local endpoint; one per model and window."""
