@@ -1,7 +1,7 @@
 """Language identification of articles and queries, offline: py3langid (its model ships in the package).
 
-Why py3langid: pure Python + NumPy, 97 languages, the model inside its wheel (4.6 MB), ~1 ms for a
-query and ~5 ms for the first 1,500 characters of an article on one core. On the 65 English and 65
+Why py3langid: pure Python + NumPy, 97 languages, the model inside its wheel (4.6 MB); measured on a busy
+2-core machine, ~1 ms a query and ~7 ms an article (its first 1,500 characters). On the 65 English and 65
 Russian questions of ``evaluation/data/parallel_libreoffice.jsonl`` it is right 130 of 130 times, and
 600 of 600 on English help pages. Unrestricted it misreads very short texts ("insert table" → ``no``,
 "буквица" → ``sr``), so callers pass the languages a knowledge base holds as ``candidates``: then
