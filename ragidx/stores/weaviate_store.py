@@ -93,12 +93,12 @@ class WeaviateChunkStore(WeaviateVectorStore):
         params["filters"] = self._and_tenant(params.get("filters"))
         return params
 
-    def add(self, nodes: list[BaseNode], **add_kwargs: Any) -> list[str]:
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         """Write the chunks with their vectors and a ``search_terms`` property (see the module docstring)."""
         batch_writer = self._custom_batch or self.client.batch.dynamic()
         with batch_writer as batch:
             for node in nodes:
-                data_object = get_data_object(node=node, text_key=self.text_key)
+                data_object: Any = get_data_object(node=node, text_key=self.text_key)  # a DataObject (mistyped)
                 meta = node.metadata
                 properties = {
                     **data_object.properties,
