@@ -36,10 +36,13 @@ def test_a_russian_query_finds_its_paragraph_in_either_language(use: UseEmbeddin
         assert set(ranked[:2]) == {f"ru-{topic}", f"en-{topic}"}, ranked
 
 
-def test_a_russian_page_is_cut_into_about_as_many_chunks_as_its_english_twin(use: UseEmbedding) -> None:
+def test_russian_is_sized_in_a_multilingual_vocabulary_not_minilms_word_pieces(use: UseEmbedding) -> None:
     from ingestion.pipeline import _embedding_tokenizer
+    from ragidx.providers.embeddings import LocalEmbedding
 
-    count = _embedding_tokenizer(use)  # cl100k_base: MiniLM's word pieces give Russian 2.6x the tokens
-    en, ru = PARAGRAPHS["en-pages"], PARAGRAPHS["ru-pages"]
-    assert len(count(ru)) < 2 * len(count(en))
+    count = _embedding_tokenizer(use)  # cl100k_base
+    minilm = _embedding_tokenizer(LocalEmbedding(backend="torch"))
+    ru = PARAGRAPHS["ru-pages"]
+    # Fewer tokens means fewer chunks to embed: 36 vs MiniLM's 68 here (1.6x vs 2.6x English on real pages).
+    assert len(count(ru)) < 0.6 * len(minilm(ru))
     assert use.get_text_embedding("") == use.get_text_embedding(" ")  # empty text does not break the graph
