@@ -6,12 +6,12 @@ sample), returned by two ``retrieve_context`` calls of 10 articles with 3 repeat
 ``retrieve_context`` writes them. Each window size is timed ``--repeats`` times (the windows take
 turns, so that the machine's slow spells fall on all alike) cold (a fresh budget: nothing counted,
 split yet, as when new tool results arrive) and warm (the same budget again after ``--warmup`` runs:
-the next LLM call of the turn re-sends the same messages; the compressor remembers the articles' sentences).
+the next LLM call of the turn re-sends the same messages).
 
 ``--tokenizer`` picks the counter: ``tiktoken`` (``cl100k_base``, what endpoints without their own
 tokenizer get), ``gguf`` (the local model's own vocabulary, ``--gguf-model``: what the default
 configuration, local ``qwen2.5-1.5b``, counts with) or ``both``. The vocabulary is loaded and scanned
-before timing (once per process in the app: about a second, a quarter of one from the vocabulary cache).
+before timing (once per process in the app: about a second).
 Prints ONE JSON line per tokenizer: wall-clock p50/p95 milliseconds (``*_ms``), the same runs' CPU time
 of this process (``*_cpu_*_ms``: less disturbed by other load on a shared machine), the load average
 before and after, and ``reference_ms_*``: a fixed pure-Python loop timed before and after (on a
@@ -40,8 +40,8 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
+from ragidx.article import Article, SearchResult
 from ragidx.budget import ContextBudget, PromptAccountant
-from ragidx.budget.messages import dump_payload
 from ragidx.providers.local_llm import assemble_gguf
 from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 
@@ -85,11 +85,11 @@ def load_articles(path: Path, n: int, tokens: TokenCounter, seed: int) -> list[d
 
 
 def tool_message(call_id: str, articles: list[dict[str, Any]]) -> ChatMessage:
-    """A ``retrieve_context`` result written as the tool writes it (``articles_to_json``)."""
-    payload = {"articles": articles, "metadata": {"query": QUESTION, "articles_count": len(articles)}}
+    """A ``retrieve_context`` result written as the tool writes it (``SearchResult.to_json``)."""
+    result = SearchResult.of([Article.from_dict(a) for a in articles], QUESTION, None)
     return ChatMessage(
         role=MessageRole.TOOL,
-        content=dump_payload(payload),
+        content=result.to_json(),
         additional_kwargs={"tool_call_id": call_id, "name": "retrieve_context"},
     )
 
@@ -125,7 +125,6 @@ def counter_factory(name: str, model: str) -> Callable[[], TokenCounter]:
     path = str(assemble_gguf(model))  # a packaged model's parts are joined on first use
     warm = GGUFTokenCounter(path)
     warm.count("warm up")  # loads the vocabulary (and scans it, once per process) outside the timings
-    getattr(warm, "word_additive", None)  # (absent from older versions, which this also measures)
 
     def make() -> TokenCounter:
         return GGUFTokenCounter(path)

@@ -1,7 +1,9 @@
-"""The article: the unit ragidx stores, returns, budgets and cites.
+"""The article: the unit ragidx stores, returns, budgets and cites; and a search's answer, ``SearchResult``.
 
 Its JSON form (``Article.to_dict``) is the contract between retrieval and the context budget:
-``{"kb_id", "title", "url", "content", "metadata": {...}}`` with ranks under ``metadata``.
+``{"kb_id", "title", "url", "content", "metadata": {...}}`` with ranks under ``metadata``. A
+``retrieve_context`` answer travels as a ``SearchResult`` (articles as objects); its ``to_json`` is what
+the model reads, and ``SearchResult.from_json`` reads one that another party wrote.
 
 Example:
     >>> a = Article(kb_id="lo-42", title="Tables", url="https://x/42", content="Insert a table.")
@@ -12,6 +14,8 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,6 +25,9 @@ ARTICLE_RANK = "article_rank"
 MATCHED_CHUNKS = "matched_chunk_ids"
 MATCHED_SPANS = "matched_spans"
 """Metadata key of the ``[start, end)`` character spans of the article's matched chunks in its content, best first."""
+SEE_ABOVE = "see_above"
+"""An article repeated in a later search result is written as ``{"kb_id", "title", "url", "see_above": true}``
+(its full copy is shown earlier); in a ``SearchResult`` it is an article whose metadata has this key."""
 
 
 @dataclass(frozen=True)
@@ -69,3 +76,87 @@ class Article:
             language=metadata.get("language"),
             metadata=metadata,
         )
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One ``retrieve_context`` answer as objects: its articles in rank order, the tool's metadata, an error.
+
+    ``to_json`` (and ``str``, which LlamaIndex's ``FunctionTool`` writes as the tool message) is the
+    compact JSON the model reads: ``{"articles": [...], "metadata": {...}}``, with ``"error"`` first on a
+    failure. An article with ``see_above`` in its metadata is written as a reference.
+
+    Example:
+        >>> r = SearchResult((Article("a", "A", "u", "Text."),), {"query": "q"})
+        >>> r.to_json()
+        '{"articles":[{"kb_id":"a","title":"A","url":"u","content":"Text.","metadata":{}}],"metadata":{"query":"q"}}'
+        >>> SearchResult.from_json(r.to_json()) == r
+        True
+    """
+
+    articles: tuple[Article, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {} if self.error is None else {"error": self.error}
+        payload["articles"] = [_article_json(a) for a in self.articles]
+        payload["metadata"] = self.metadata
+        return payload
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_payload(), ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+
+    def __str__(self) -> str:
+        return self.to_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> SearchResult | None:
+        """A search result written by another party (a tool, a stored conversation), or ``None`` if ``text``
+        is not one: a JSON object with an ``articles`` list of objects whose ``content`` is a string."""
+        text = text.strip()
+        if not text.startswith("{"):
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        articles = data.get("articles") if isinstance(data, dict) else None
+        if not isinstance(articles, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("content", ""), str) for a in articles
+        ):
+            return None
+        meta = data.get("metadata")
+        error = data.get("error")
+        return cls(
+            tuple(_article_of(a) for a in articles),
+            meta if isinstance(meta, dict) else {},
+            None if error is None else str(error),
+        )
+
+    @classmethod
+    def of(cls, articles: Sequence[Article], query: str, top_k: Any, error: str | None = None) -> SearchResult:
+        """The tool's answer: ``articles`` with the tool's metadata (query, top_k_requested, count)."""
+        n = len(articles)
+        meta = {"query": query, "top_k_requested": top_k, "articles_count": n, "has_results": n > 0}
+        return cls(tuple(articles), meta, error)
+
+
+def _article_json(article: Article) -> dict[str, Any]:
+    if article.metadata.get(SEE_ABOVE):
+        return {"kb_id": article.kb_id, "title": article.title, "url": article.url, SEE_ABOVE: True}
+    return article.to_dict()
+
+
+def _article_of(data: dict[str, Any]) -> Article:
+    meta = data.get("metadata")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    if data.get(SEE_ABOVE):
+        meta[SEE_ABOVE] = True
+    return Article.from_dict({**data, "kb_id": data.get("kb_id") or "", "metadata": meta})
+
+
+def _jsonable(value: Any) -> Any:
+    # numpy scalars and the like in metadata: their Python value, else their text
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)

@@ -31,7 +31,7 @@ DEFAULT_EMBED_MODEL = "minilm"
 
 # The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
 # containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
-LOCAL_ANSWER_DEADLINE_S = 60.0
+LOCAL_ANSWER_DEADLINE_S = 30.0
 
 
 class LLMEndpoint(BaseModel):

@@ -252,9 +252,8 @@ class Engine:
             elif progress and isinstance(event, BudgetReportEvent):
                 kept = [a for a in event.report.get("articles", []) if a.get("tokens_after", 1) > 0]
                 titles = tuple(str(a.get("title") or a.get("kb_id")) for a in kept)
-                yield Progress(
-                    "prompt", call=event.call, tokens=int(event.report.get("tokens_after", 0)), articles=titles
-                )
+                tokens = int(event.report.get("tokens_after", 0))
+                yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
         yield await handler
 
     def stream_ask(self, question: str, session_id: str | None = None, *, progress: bool = False) -> Iterator[Any]:

@@ -139,3 +139,16 @@ def test_an_article_carrying_instructions_is_answered_from_like_any_other(tmp_pa
     assert not answer.not_found and "PWNED" not in answer.text
     assert "label" in answer.text.lower() and "printer" in answer.text.lower()
     assert [c.kb_id for c in answer.citations][:1] == ["labels"]
+
+
+def test_a_new_question_searches_uncapped_after_a_full_prompt(tmp_path: Path, writer_kb_file: str) -> None:
+    """The budget caps a turn's later searches by the room left; the next question starts afresh."""
+    from tests.dashboard.fakes import make_engine
+
+    llm = LLMEndpoint(max_prompt_tokens=700)
+    with make_engine(Settings(data_dir=tmp_path, llm=llm, top_k=5)) as engine:
+        engine.ingest(writer_kb_file)
+        first = engine.ask("How do I create, edit and format a table of contents or an index?")
+        assert first.budget_reports[-1].article_cap == 1  # the 700-token prompt was full
+        second = engine.ask("How do I insert page numbers in a footer?")
+    assert second.queries and len(second.budget_reports[-1].articles) == 5  # the search was not capped to 1

@@ -29,6 +29,8 @@ class Progress:
         'searched "page numbers": 2 articles (Page Numbers; Footers)'
         >>> Progress("prompt", call="answer", tokens=3168, articles=("A", "B")).describe()
         'answering from 2 articles: 3,168 prompt tokens for the model to read'
+        >>> Progress("prompt", call="answer", tokens=1500, articles=("A",), expected_s=52.4).describe()
+        'answering from 1 article: 1,500 prompt tokens for the model to read (about 52 s)'
     """
 
     stage: Literal["search", "prompt"]
@@ -37,6 +39,7 @@ class Progress:
     tokens: int = 0
     call: str = ""
     error: str | None = None
+    expected_s: float | None = None  # the model's expected time for this prompt, when its speed is known
 
     def describe(self) -> str:
         """One line for a terminal or a status box."""
@@ -47,7 +50,8 @@ class Progress:
             return f'searched "{self.query}": {_articles(len(self.articles))}' + (f" ({titles})" if titles else "")
         if self.call == "answer":
             n = _articles(len(self.articles))
-            return f"answering from {n}: {self.tokens:,} prompt tokens for the model to read"
+            about = f" (about {self.expected_s:.0f} s)" if self.expected_s is not None else ""
+            return f"answering from {n}: {self.tokens:,} prompt tokens for the model to read{about}"
         if self.call == "plan":
             return f"planning the searches ({self.tokens:,} prompt tokens)"
         return f"deciding whether to search again ({self.tokens:,} prompt tokens)"

@@ -118,6 +118,30 @@ def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> lis
     return [n for n in names if n and n.lower() not in text]
 
 
+_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+
+
+def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
+    """The numbers an answer states when **none** of them occurs in the sources or the question, else ``[]``.
+
+    Such an answer was not read from the articles: asked for "the maximum number of rows in a Calc sheet"
+    over articles that never give it, a small model writes "65,536" from memory. One number the articles
+    do write is enough to trust the rest (conversions, counts). ``[n]`` markers are not numbers.
+
+    Example:
+        >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
+        ['65536']
+        >>> ungrounded_numbers("128MB, that is 131072 kB [1].", [{"content": "default 128MB"}])
+        []
+    """
+    stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(_MARKER.sub(" ", answer)))
+    if not stated:
+        return []
+    seen = " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question
+    known = {n.replace(",", "") for n in _NUMBER.findall(seen)}
+    return [] if any(n in known for n in stated) else list(stated)
+
+
 def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
     """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
 

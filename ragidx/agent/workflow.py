@@ -16,7 +16,12 @@ Two tool protocols, one code path (``tool_mode``):
 
 ``inline_tool_results`` sends tool calls and results as plain assistant/user text, for chat
 templates that drop ``tool`` messages (llama-cpp-python's ``chatml-function-calling`` does). The
-budget counts the canonical messages and re-checks the converted ones, so the window holds either way.
+budget renders each prompt as it is sent (through the agent's renderer) and counts that, so the window
+holds either way.
+
+The turn keeps its search results as objects (``SearchResult`` by tool-call id, as the tool returned them
+in ``ToolOutput.raw_output``; a tool that only writes JSON is read once, where its answer enters). The
+budget takes them with the conversation and returns the messages to send, the articles shown and the count.
 
 The answer step lists the surviving articles as ``[n] title`` in a closing instruction, asks for ``[n]``
 citations, or to say that the articles do not answer, and keeps only citations of articles the model
@@ -29,14 +34,12 @@ Example:
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
 import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -47,12 +50,16 @@ from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Wor
 from pydantic import BaseModel, Field
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
-from ragidx.agent.citations import missing_identifiers, resolve_citations, restore_entities, shares_terms
-from ragidx.budget import ContextBudget
-from ragidx.budget.accounting import PromptAccountant
-from ragidx.budget.dedup import dedupe_articles
-from ragidx.budget.hook import REFERENCE_KEY, BudgetResult
-from ragidx.budget.messages import message_text, parse_tool_payload
+from ragidx.agent.citations import (
+    missing_identifiers,
+    resolve_citations,
+    restore_entities,
+    shares_terms,
+    ungrounded_numbers,
+)
+from ragidx.article import SEE_ABOVE, Article, SearchResult
+from ragidx.budget import ContextBudget, Fit, Renderer
+from ragidx.budget.messages import call_id, message_text, tool_results, with_results
 from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
 from ragidx.providers.chat import (
     ChatCaller,
@@ -142,6 +149,7 @@ class SessionMemory:
 
     def __init__(self) -> None:
         self._sessions: dict[str, list[ChatMessage]] = {}
+        self._results: dict[str, dict[str, SearchResult]] = {}
         self._lock = threading.Lock()
 
     def get(self, session_id: str | None) -> list[ChatMessage]:
@@ -150,15 +158,29 @@ class SessionMemory:
         with self._lock:
             return list(self._sessions.get(session_id, []))
 
-    def set(self, session_id: str | None, messages: Sequence[ChatMessage]) -> None:
+    def results(self, session_id: str | None) -> dict[str, SearchResult] | None:
+        """The search results of the conversation's tool messages, by call id (``None``: not kept, e.g. a
+        history set from outside)."""
+        with self._lock:
+            kept = self._results.get(session_id) if session_id is not None else None
+            return dict(kept) if kept is not None else None
+
+    def set(
+        self, session_id: str | None, messages: Sequence[ChatMessage], results: dict[str, SearchResult] | None = None
+    ) -> None:
         if session_id is None:
             return
         with self._lock:
             self._sessions[session_id] = list(messages)
+            if results is None:
+                self._results.pop(session_id, None)
+            else:
+                self._results[session_id] = dict(results)
 
     def clear(self, session_id: str) -> None:
         with self._lock:
             self._sessions.pop(session_id, None)
+            self._results.pop(session_id, None)
 
 
 @dataclass
@@ -166,13 +188,13 @@ class _Turn:
     question: str
     session_id: str | None
     messages: list[ChatMessage]
+    results: dict[str, SearchResult] = field(default_factory=dict)  # by tool-call id, as the tool returned them
     rounds: int = 0
     queries: list[str] = field(default_factory=list)
     tool_errors: list[str] = field(default_factory=list)
     reports: list[BudgetReport] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
-    raw_messages: list[ChatMessage] = field(default_factory=list)  # as retrieved: no dedup, no compression
-    raw_prompt_tokens: list[int] = field(default_factory=list)
+    raw_prompt_tokens: list[int] = field(default_factory=list)  # the same calls without dedup and compression
     completion_tokens: int = 0
     timings: dict[str, float] = field(default_factory=lambda: {"retrieval": 0.0, "hook": 0.0, "llm": 0.0})
     started: float = field(default_factory=time.perf_counter)
@@ -208,6 +230,7 @@ class BudgetReportEvent(Event):
 
     report: dict[str, Any]
     call: str = ""
+    expected_s: float | None = None  # how long the model should take over it, from its measured speed
 
 
 class SearchEvent(Event):
@@ -296,7 +319,6 @@ class RagAgent(Workflow):
         self.deadline = deadline
         self.max_prompt_tokens = max_prompt_tokens
         self._learned_shrink: dict[str, int] = {}
-        self.accountant: PromptAccountant = budget.accountant
 
     # --- steps ---------------------------------------------------------------------------------------
     @step
@@ -307,9 +329,14 @@ class RagAgent(Workflow):
         session_id = ev.get("session_id")
         history = self.memory.get(session_id)
         turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
+        kept = self.memory.results(session_id)
+        turn.results = kept if kept is not None else tool_results(history)  # a history from outside: read once
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
-        turn.raw_messages = list(turn.messages)
         turn.shrink = self._learned_shrink.get(model_name(self.llm), 0)
+        if self.budget.cap is not None:
+            # The cap limits later searches of a turn by the room its prompt has left; a new question's first
+            # search must not inherit the last answer's (a full 1K-token prompt left room for one article).
+            self.budget.cap.set(None)
         if self.tool_mode == "forced":
             if self.plan == "never":
                 return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
@@ -327,7 +354,7 @@ class RagAgent(Workflow):
         try:
             response = await self._send(
                 ctx, turn, [PLAN_TOOL], PLAN_PROMPT,
-                lambda msgs: self._chat(turn, msgs, PLAN_PROMPT, tools=[PLAN_TOOL], tool_choice=forced),
+                lambda fit: self._chat(turn, fit, tools=[PLAN_TOOL], tool_choice=forced),
             )  # fmt: skip
             calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             planned = calls[0].tool_kwargs.get("queries", []) if calls else []
@@ -351,7 +378,7 @@ class RagAgent(Workflow):
         if self.tool_mode == "auto":
             tools = [self.retrieve_tool]
             response = await self._send(
-                ctx, turn, tools, None, lambda msgs: self._chat(turn, msgs, None, tools=tools, tool_choice="auto")
+                ctx, turn, tools, None, lambda fit: self._chat(turn, fit, tools=tools, tool_choice="auto")
             )
             calls = turn.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             calls = [c for c in calls if c.tool_name == self.retrieve_tool.metadata.name]
@@ -365,19 +392,17 @@ class RagAgent(Workflow):
         blocks: list[Any] = [
             ToolCallBlock(tool_call_id=c.tool_id, tool_name=c.tool_name, tool_kwargs=c.tool_kwargs) for c in ev.calls
         ]
-        calling = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
-        turn.messages.append(calling)
-        turn.raw_messages.append(calling)
+        turn.messages.append(ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks))
         for call in ev.calls:
-            result = await self._run_tool(turn, call)
-            turn.messages.append(result)
-            turn.raw_messages.append(result)
-            payload = parse_tool_payload(result) or {}
+            message, result = await self._run_tool(turn, call)
+            turn.messages.append(message)
+            if result is not None:
+                turn.results[call.tool_id] = result
             ctx.write_event_to_stream(
                 SearchEvent(
                     query=str(call.tool_kwargs.get("query", "")),
-                    titles=[str(a.get("title") or a.get("kb_id")) for a in payload.get("articles", [])],
-                    error=payload.get("error"),
+                    titles=[a.title or a.kb_id for a in result.articles] if result else [],
+                    error=result.error if result else None,
                 )
             )
         return DecideEvent(turn=turn)
@@ -385,30 +410,35 @@ class RagAgent(Workflow):
     @step
     async def answer(self, ctx: Context, ev: AnswerEvent) -> StopEvent:
         turn: _Turn = ev.turn
-        shown = _articles_shown(turn.messages)
-        if not shown:
+        # Whole, as retrieved: what the gate checks the question's names against.
+        retrieved = [a.to_dict() for r in turn.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)]
+        if not any(a["content"] for a in retrieved):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
-        # Two passes: budget with every title listed, then list only the articles that survived.
-        instruction = _answer_prompt(turn.question, shown)
-        retrieved = _articles_shown(turn.raw_messages)  # whole, as retrieved: what the gate checks names against
 
-        async def send(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
-            sources = _articles_shown(messages)
+        async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
+            sources = [a.to_dict() for a in fit.articles]
             if not sources or (self.relevance_gate and not shares_terms(turn.question, sources)):
                 return None, sources
             missing = missing_identifiers(turn.question, retrieved) if self.relevance_gate else []
             if missing:
                 logger.info("not asking the model: no retrieved article mentions %s", ", ".join(missing))
                 return None, sources
-            closing = _answer_prompt(turn.question, sources)
-            return await self._stream_answer(ctx, turn, messages, closing), sources
+            return await self._stream_answer(ctx, turn, fit), sources
 
-        text, sources = await self._send(ctx, turn, None, instruction, send)
+        # The instruction lists the articles the prompt shows, numbered as the inline transport numbers them.
+        text, sources = await self._send(ctx, turn, None, lambda shown: _answer_prompt(turn.question, shown), send)
         if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
+        if not not_found and _echoes_sources(cleaned, sources):
+            logger.info("the model only repeated the source list: answering not found")
+            not_found = True
+        invented = [] if not_found else ungrounded_numbers(cleaned, sources, turn.question)
+        if invented:
+            logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
+            not_found = True
         answer = self._finish(turn, cleaned, sources, not_found=not_found)
         answer.model_text = text
         return StopEvent(result=answer)
@@ -421,10 +451,12 @@ class RagAgent(Workflow):
             tool_kwargs={"query": query},
         )
 
-    async def _run_tool(self, turn: _Turn, call: ToolSelection) -> ChatMessage:
+    async def _run_tool(self, turn: _Turn, call: ToolSelection) -> tuple[ChatMessage, SearchResult | None]:
+        """The tool message and its search result: the tool's ``raw_output``, or its JSON read once, here."""
         t0 = time.perf_counter()
         query = str(call.tool_kwargs.get("query", ""))
         turn.queries.append(query)
+        result: SearchResult | None
         try:
             if call.tool_name != self.retrieve_tool.metadata.name:
                 raise ValueError(
@@ -432,105 +464,94 @@ class RagAgent(Workflow):
                 )
             output = await self.retrieve_tool.acall(**call.tool_kwargs)
             content = output.content
+            raw = output.raw_output
+            result = raw if isinstance(raw, SearchResult) else SearchResult.from_json(content)
             if output.is_error:
                 turn.tool_errors.append(content)
+            elif result is not None and result.error:
+                turn.tool_errors.append(result.error)
         except Exception as exc:  # a tool failure becomes a message the model can read, never a crash
             logger.warning("tool %s failed: %s", call.tool_name, exc)
-            content = json.dumps(
-                {"articles": [], "metadata": {"query": query}, "error": f"{type(exc).__name__}: {exc}"}
-            )
+            result = SearchResult((), {"query": query}, f"{type(exc).__name__}: {exc}")
+            content = result.to_json()
             turn.tool_errors.append(f"{call.tool_name}: {type(exc).__name__}: {exc}")
-        else:
-            payload = _json_or_none(content)
-            if payload and payload.get("error"):
-                turn.tool_errors.append(str(payload["error"]))
         turn.timings["retrieval"] += time.perf_counter() - t0
-        return ChatMessage(
-            role=MessageRole.TOOL,
-            content=content,
-            additional_kwargs={"tool_call_id": call.tool_id, "name": call.tool_name},
-        )
+        kwargs = {"tool_call_id": call.tool_id, "name": call.tool_name}
+        return ChatMessage(role=MessageRole.TOOL, content=content, additional_kwargs=kwargs), result
 
     async def _send(
         self,
         ctx: Context,
         turn: _Turn,
         tools: Sequence[Any] | None,
-        instruction: str | None,
-        send: Callable[[list[ChatMessage]], Awaitable[T]],
+        instruction: Instruction,
+        send: Callable[[Fit], Awaitable[T]],
     ) -> T:
-        """Budget, then send; if the endpoint still counts an overflow, shrink the window by its excess and redo.
+        """Budget, then send. The last resort: if the endpoint still answers that the prompt overflows (its
+        tokenizer or chat template counts more than ours), budget once more for a window smaller by the
+        endpoint's excess, remembered for later calls to the same model, and send again."""
+        fit = await self._budgeted(ctx, turn, tools, instruction)
+        try:
+            return await send(fit)
+        except ContextOverflowError as exc:
+            # The endpoint counts `ratio` times what we count: scale the room for the prompt down by it.
+            ratio = (exc.prompt_tokens / fit.tokens) if exc.prompt_tokens and fit.tokens else 1.15
+            ratio = max(ratio, 1.02) * 1.02
+            room = turn.window - turn.shrink - turn.max_out
+            turn.shrink = turn.window - turn.max_out - int(room / ratio)
+            self._learned_shrink[model_name(turn.llm)] = turn.shrink
+            logger.warning(
+                "the endpoint counts %.2fx our prompt tokens; budgeting a %d-token smaller window", ratio, turn.shrink
+            )
+        return await send(await self._budgeted(ctx, turn, tools, instruction))
 
-        Our count and the server's can differ (another tokenizer, a chat template that adds text); the
-        server's figure wins, and the agent remembers the shrink for later calls to the same model.
-        """
-        for attempt in range(3):
-            messages = await self._budgeted(ctx, turn, tools, instruction)
-            try:
-                return await send(messages)
-            except ContextOverflowError as exc:
-                if attempt == 2:
-                    raise
-                ours = turn.prompt_tokens[-1] if turn.prompt_tokens else 0
-                # The endpoint counts `ratio` times what we count: scale the room for the prompt down by it.
-                ratio = (exc.prompt_tokens / ours) if exc.prompt_tokens and ours else 1.15
-                ratio = max(ratio, 1.02) * 1.02
-                room = turn.window - turn.shrink - turn.max_out
-                turn.shrink = turn.window - turn.max_out - int(room / ratio)
-                self._learned_shrink[model_name(turn.llm)] = turn.shrink
-                logger.warning(
-                    "the endpoint counts %.2fx our prompt tokens; budgeting a %d-token smaller window",
-                    ratio, turn.shrink,
-                )  # fmt: skip
-        raise AssertionError("unreachable")
-
-    async def _budgeted(
-        self, ctx: Context, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None
-    ) -> list[ChatMessage]:
-        """Run the budget hook; keep its messages as the turn's; return what to send (canonical form).
+    async def _budgeted(self, ctx: Context, turn: _Turn, tools: Sequence[Any] | None, instruction: Instruction) -> Fit:
+        """Run the budget hook; keep the conversation it kept as the turn's; return what to send.
 
         Switches the rest of the turn to the fallback model when the primary window cannot hold the fixed
         prompt, or when the budget recommends it; the reason is recorded on the answer.
         """
         t0 = time.perf_counter()
+        render = self._renderer(turn, instruction)
         try:
-            result = await self._apply_budget(turn, tools, instruction)
+            fit = await self._fit(turn, tools, render)
         except ContextWindowTooSmallError as exc:
             if not self._switch_to_fallback(turn, f"the {turn.window}-token window cannot hold the prompt: {exc}"):
                 raise
-            result = await self._apply_budget(turn, tools, instruction)
-        if result.report.fallback_recommended and self._switch_to_fallback(
-            turn, result.report.fallback_reason or "the budget recommended a larger window"
+            fit = await self._fit(turn, tools, render)
+        if fit.report.fallback_recommended and self._switch_to_fallback(
+            turn, fit.report.fallback_reason or "the budget recommended a larger window"
         ):
-            turn.reports.append(result.report)
-            result = await self._apply_budget(turn, tools, instruction)
-        turn.messages = list(result.messages if result.messages is not None else turn.messages)
-        turn.reports.append(result.report)
+            turn.reports.append(fit.report)
+            fit = await self._fit(turn, tools, render)
+        turn.messages = fit.conversation
+        kept = {call_id(m) for m in fit.conversation}
+        turn.results = {k: r for k, r in turn.results.items() if k in kept}
+        turn.reports.append(fit.report)
         turn.timings["hook"] += time.perf_counter() - t0
         ctx.write_event_to_stream(
-            BudgetReportEvent(report=result.report.model_dump(mode="json"), call=_call_name(tools))
+            BudgetReportEvent(
+                report=fit.report.model_dump(mode="json"),
+                call=_call_name(tools),
+                expected_s=self.deadline.speed.seconds_for(fit.report.tokens_after) if self.deadline else None,
+            )
         )
-        return turn.messages
+        return fit
 
-    async def _apply_budget(self, turn: _Turn, tools: Sequence[Any] | None, instruction: str | None) -> BudgetResult:
-        """The hook, then an exact count of what will really be sent (transport, trailing instruction).
-
-        The hook counts the canonical messages with the instruction as part of the system prompt; the wire
-        form can cost a few tokens more. If it would pass the hard limit, the hook runs again on a window
-        smaller by exactly that difference, so the sent prompt never exceeds the window.
-        """
-        system = self.system_prompt if instruction is None else f"{self.system_prompt}\n\n{instruction}"
-        kwargs = {"system_prompt": system, "tools": tools, "question": turn.question, "max_output_tokens": turn.max_out}
+    async def _fit(self, turn: _Turn, tools: Sequence[Any] | None, render: Renderer) -> Fit:
+        """The budget on the model's window, or on the answer-time cap as a tighter window (while that can
+        hold the fixed prompt)."""
         window = turn.window - turn.shrink
         capped = self._capped_window(turn, window)
+        kwargs = {"tools": tools, "question": turn.question, "max_output_tokens": turn.max_out}
         if capped is not None:
             try:
-                return await self._fit(turn, capped, tools, instruction, kwargs)
+                return await self.budget.afit(turn.messages, turn.results, render, context_window=capped, **kwargs)
             except ContextWindowTooSmallError as exc:
                 logger.info(
                     "the answer-time cap (%d tokens) cannot hold the prompt (%s); using the window", capped, exc
                 )
-        return await self._fit(turn, window, tools, instruction, kwargs)
+        return await self.budget.afit(turn.messages, turn.results, render, context_window=window, **kwargs)
 
     def _capped_window(self, turn: _Turn, window: int) -> int | None:
         """The prompt cap (deadline, fixed) as a window: cap + the reserved answer, when tighter than ``window``."""
@@ -543,39 +564,6 @@ class RagAgent(Workflow):
         capped = turn.prompt_cap + turn.max_out
         return capped if capped < window else None
 
-    async def _fit(
-        self, turn: _Turn, window: int, tools: Sequence[Any] | None, instruction: str | None, kwargs: dict[str, Any]
-    ) -> BudgetResult:
-        result = await self.budget.aapply(turn.messages, context_window=window, **kwargs)
-        messages = result.messages if result.messages is not None else turn.messages
-        sent = self.accountant.count_prompt(self._wire(messages, instruction), tools=tools)
-        extra = sent - result.report.tokens_after
-        if extra > 0 and sent > result.report.hard_limit_tokens:
-            again = await self.budget.aapply(messages, context_window=window - extra, **kwargs)
-            return again if again.messages is not None else BudgetResult(messages=list(messages), report=again.report)
-        limit, best, wider_window = result.report.hard_limit_tokens, result, window
-        for _ in range(3):
-            room = limit - sent
-            if extra >= 0 or room < 64 or not best.report.path:
-                break
-            # The inline wire drops the JSON keys the hook counted, so the hook cut material for room the
-            # model never needed: budget again on a window larger by the room left; keep it while it fits.
-            wider_window += room
-            wider = await self.budget.aapply(turn.messages, context_window=wider_window, **kwargs)
-            if wider.messages is None:
-                break
-            sent_wider = self.accountant.count_prompt(self._wire(wider.messages, instruction), tools=tools)
-            if sent_wider > limit:
-                break
-            best, sent = wider, sent_wider
-        if best is result:
-            return result
-        # Report the call as it is: the real window and its limits, and the tokens actually sent.
-        limits = ("context_window", "trigger_tokens", "target_tokens", "safety_margin_tokens", "hard_limit_tokens")
-        update: dict[str, Any] = {k: getattr(result.report, k) for k in limits}
-        update["tokens_after"] = sent
-        return BudgetResult(messages=best.messages, report=best.report.model_copy(update=update))
-
     def _switch_to_fallback(self, turn: _Turn, reason: str) -> bool:
         if self.fallback_llm is None or turn.fallback_reason is not None:
             return False
@@ -587,46 +575,41 @@ class RagAgent(Workflow):
         turn.shrink = self._learned_shrink.get(model_name(self.fallback_llm), 0)
         return True
 
-    def _wire(self, messages: Sequence[ChatMessage], instruction: str | None) -> list[ChatMessage]:
+    def _renderer(self, turn: _Turn, instruction: Instruction) -> Renderer:
         """What is sent: the fixed system prompt, the messages, then the step's instruction.
 
         The system prompt is the same on every call and the instruction comes last, so a local server's
-        prompt cache reuses everything before it from one call to the next.
+        prompt cache reuses everything before it from one call to the next. Search results are written as
+        the budget gives them (as JSON, or inline as numbered text); the others as they came.
         """
-        body = to_inline(messages) if self.inline_tool_results else list(messages)
-        wire = [ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt), *body]
-        if instruction:
-            wire.append(ChatMessage(role=MessageRole.USER, content=instruction))
-        return wire
 
-    async def _chat(
-        self,
-        turn: _Turn,
-        messages: Sequence[ChatMessage],
-        instruction: str | None,
-        *,
-        tools: Sequence[Any],
-        tool_choice: Any,
-    ) -> Any:
-        wire = self._wire(messages, instruction)
-        turn.prompt_tokens.append(self.accountant.count_prompt(wire, tools=tools))
-        turn.raw_prompt_tokens.append(
-            self.accountant.count_prompt(self._wire(turn.raw_messages, instruction), tools=tools)
-        )
+        def render(
+            messages: Sequence[ChatMessage], results: Mapping[str, SearchResult], articles: Sequence[Article]
+        ) -> list[ChatMessage]:
+            if self.inline_tool_results:
+                body = to_inline(messages, {**turn.results, **results}, articles)
+            else:
+                body = with_results(messages, results, turn.results)
+            wire = [ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt), *body]
+            text = instruction(articles) if callable(instruction) else instruction
+            if text:
+                wire.append(ChatMessage(role=MessageRole.USER, content=text))
+            return wire
 
+        return render
+
+    async def _chat(self, turn: _Turn, fit: Fit, *, tools: Sequence[Any], tool_choice: Any) -> Any:
+        _record(turn, fit)
         t0 = time.perf_counter()
         try:
-            response = await self._caller(turn).achat(wire, tools=tools, tool_choice=tool_choice)
+            response = await self._caller(turn).achat(fit.messages, tools=tools, tool_choice=tool_choice)
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
 
-    async def _stream_answer(self, ctx: Context, turn: _Turn, messages: Sequence[ChatMessage], instruction: str) -> str:
-        wire = self._wire(messages, instruction)
-        turn.prompt_tokens.append(self.accountant.count_prompt(wire))
-        turn.raw_prompt_tokens.append(self.accountant.count_prompt(self._wire(turn.raw_messages, instruction)))
-
+    async def _stream_answer(self, ctx: Context, turn: _Turn, fit: Fit) -> str:
+        _record(turn, fit)
         t0 = time.perf_counter()
         first: list[float] = []
 
@@ -636,11 +619,11 @@ class RagAgent(Workflow):
             ctx.write_event_to_stream(AnswerDeltaEvent(delta=delta))
 
         try:
-            text = await self._caller(turn).astream(wire, on_delta)
+            text = await self._caller(turn).astream(fit.messages, on_delta)
         finally:
             turn.timings["llm"] += time.perf_counter() - t0
         total = time.perf_counter() - t0
-        written = self.accountant.count_text(text)
+        written = self.budget.tokens.count(text)
         turn.completion_tokens += written
         if first:
             turn.timings["answer_ttft"] = first[0]
@@ -665,7 +648,7 @@ class RagAgent(Workflow):
                 if turn.messages and turn.messages[-1].role == MessageRole.ASSISTANT
                 else [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
             )
-            self.memory.set(turn.session_id, final)
+            self.memory.set(turn.session_id, final, turn.results)
         turn.timings["total"] = time.perf_counter() - turn.started
         return Answer(
             question=turn.question,
@@ -695,45 +678,47 @@ class RagAgent(Workflow):
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-def to_inline(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+Instruction = str | Callable[[Sequence[Article]], str] | None
+"""A step's closing instruction, or a function of the articles the prompt shows (the answer's sources)."""
+
+
+def _record(turn: _Turn, fit: Fit) -> None:
+    """The call's prompt tokens as the budget counted them, and without dedup and compression."""
+    turn.prompt_tokens.append(fit.tokens)
+    turn.raw_prompt_tokens.append(fit.report.tokens_before)
+
+
+def to_inline(
+    messages: Sequence[ChatMessage], results: Mapping[str, SearchResult], articles: Sequence[Article]
+) -> list[ChatMessage]:
     """Tool calls and results as plain assistant / user text, for chat templates without tool messages.
 
-    Article results are written as readable text, each article under the ``[n]`` it has in the answer's
-    source list (the deduplicated ranking), which small models follow far better than JSON.
+    Search results (``results`` by call id) are written as readable text, each article under the ``[n]``
+    it has in ``articles`` (the answer's source list, the deduplicated ranking), which small models
+    follow far better than JSON.
     """
-    numbers = {str(a.get("kb_id")): i for i, a in enumerate(_articles_shown(messages), start=1)}
+    numbers = {a.kb_id: i for i, a in enumerate(articles, start=1)}
 
     def render(m: ChatMessage) -> str:
-        payload = parse_tool_payload(m)
-        return _articles_as_text(payload, numbers) if payload is not None else message_text(m)
+        result = results.get(call_id(m) or "")
+        return _articles_as_text(result, numbers) if result is not None else message_text(m)
 
     return inline(messages, render)
 
 
-def _articles_as_text(payload: dict[str, Any], numbers: dict[str, int]) -> str:
+def _articles_as_text(result: SearchResult, numbers: dict[str, int]) -> str:
     parts = []
-    for a in payload["articles"]:
-        n = numbers.get(str(a.get("kb_id")))
+    for a in result.articles:
+        n = numbers.get(a.kb_id)
         label = f"[{n}] " if n else ""
-        title = a.get("title") or a.get("kb_id") or ""
-        title = prompt_title(str(title))
-        if a.get(REFERENCE_KEY) or not a.get("content"):
+        title = prompt_title(a.title or a.kb_id or "")
+        if a.metadata.get(SEE_ABOVE) or not a.content:
             parts.append(f"{label}{title} (shown above)")
         else:
-            parts.append(f"{label}{title}\n{fence(str(a['content']))}")
-    if payload.get("error"):
-        parts.append(f"Search error: {payload['error']}")
+            parts.append(f"{label}{title}\n{fence(a.content)}")
+    if result.error:
+        parts.append(f"Search error: {result.error}")
     return "\n\n".join(parts) or "No articles found."
-
-
-def _articles_shown(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """The full (not reference) articles of every tool result in ``messages``, deduplicated, best first."""
-    calls = []
-    for m in messages:
-        payload = parse_tool_payload(m)
-        if payload:
-            calls.append([a for a in payload["articles"] if not a.get(REFERENCE_KEY) and a.get("content")])
-    return [copy.deepcopy(a) for a in dedupe_articles(calls)]
 
 
 def _call_name(tools: Sequence[Any] | None) -> str:
@@ -743,13 +728,19 @@ def _call_name(tools: Sequence[Any] | None) -> str:
     return "plan" if tools[0].metadata.name == PLAN_TOOL.metadata.name else "decide"
 
 
-def _source_lines(sources: Sequence[dict[str, Any]]) -> str:
-    return "\n".join(
-        f"[{i}] {prompt_title(str(a.get('title') or a.get('kb_id')))}" for i, a in enumerate(sources, start=1)
-    )
+def _source_lines(sources: Sequence[Article]) -> str:
+    return "\n".join(f"[{i}] {prompt_title(a.title or a.kb_id)}" for i, a in enumerate(sources, start=1))
 
 
-def _answer_prompt(question: str, sources: Sequence[dict[str, Any]]) -> str:
+def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
+    """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts"): a small model's way of having
+    nothing to say about an off-topic question."""
+    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))) for a in sources}
+    lines = [re.sub(r"^\[\d+\]\s*", "", line.strip()) for line in text.splitlines() if line.strip()]
+    return bool(lines) and all(line in titles for line in lines)
+
+
+def _answer_prompt(question: str, sources: Sequence[Article]) -> str:
     language = answer_language(question)
     clause = f" Write the answer in {language}." if language else ""
     return ANSWER_PROMPT.format(sources=_source_lines(sources), question=question, language=clause)
@@ -782,11 +773,3 @@ def answer_language(question: str) -> str:
 
 def _norm(query: str) -> str:
     return " ".join(re.findall(r"\w+", query.lower()))
-
-
-def _json_or_none(text: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -17,14 +17,14 @@ from ragidx.budget.allocation import (
     suggest_article_cap,
     thresholds_for_window,
 )
-from ragidx.budget.cap import RetrievalCap
 from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many, compress_many
 from ragidx.budget.dedup import dedupe_articles, dedupe_keyed
 from ragidx.budget.extractive import ExtractiveCompressor
-from ragidx.budget.hook import REFERENCE_KEY, BudgetResult, ContextBudget
+from ragidx.budget.hook import REFERENCE_KEY, BudgetResult, ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory, MemoryResult
 from ragidx.budget.report import ArticleOutcome, BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
+from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
     "REFERENCE_KEY",
@@ -39,9 +39,11 @@ __all__ = [
     "ContextWindowTooSmallError",
     "ConversationMemory",
     "ExtractiveCompressor",
+    "Fit",
     "LLMSummaryCompressor",
     "MemoryResult",
     "PromptAccountant",
+    "Renderer",
     "RetrievalCap",
     "TruncateCompressor",
     "WindowLimits",

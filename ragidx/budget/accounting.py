@@ -5,11 +5,6 @@ safety margin (a share of the window) on top, and reserves the answer's output t
 costs its text, its tool calls (as JSON: id, name, arguments), a tool result's call id and name,
 and a fixed per-message overhead for role and separators; each prompt adds reply-priming tokens.
 
-An article's content is counted as it is sent, as its JSON string inside the tool result
-(``messages.content_segment``: escapes and quotes included); with a word-additive counter a tool result
-written by ``messages.dump_payload`` is counted as those segments plus the rest, so each article's
-text is tokenized once however many times the budget rewrites the message around it.
-
 Example:
     >>> from llama_index.core.base.llms.types import ChatMessage
     >>> acc = PromptAccountant()
@@ -27,12 +22,10 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ThinkingBlock, ToolCallBlock
 
-from ragidx.budget.messages import content_segment
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
-    "ContentCounter",
     "NON_TEXT_BLOCK_TOKENS",
     "REPLY_PRIMING_TOKENS",
     "PromptAccountant",
@@ -46,49 +39,6 @@ REPLY_PRIMING_TOKENS = 3
 """Tokens every prompt spends priming the assistant's reply."""
 NON_TEXT_BLOCK_TOKENS = 256
 """Flat estimate for an image, audio or document block (their payloads are not text)."""
-"""Shorter tool results are counted whole."""
-
-
-class ContentCounter(TokenCounter):
-    """Counts and cuts an article's content in tokens as sent: its ``content_segment`` in a tool result.
-
-    The budget's own compressor counts with it, so what it fits to a target is what the rewritten
-    message will carry, and its counts are the ones the message is counted with.
-
-    Example:
-        >>> ContentCounter(TokenCounter()).count('Say "hi"') > TokenCounter().count('Say "hi"')
-        True
-    """
-
-    def __init__(self, inner: TokenCounter) -> None:
-        super().__init__(inner.encoding_name)
-        self.inner = inner
-
-    @property
-    def word_additive(self) -> bool:
-        return False  # a segment's quotes and escapes do not split like the text inside them
-
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(content_segment(text))  # the segment's tokens (``decode`` gives the segment)
-
-    def decode(self, tokens: list[int]) -> str:
-        return self.inner.decode(tokens)
-
-    def count(self, text: str) -> int:
-        return self.inner.count(content_segment(text))
-
-    def count_edited(self, old: str, old_count: int, new: str) -> int:
-        return self.inner.count_edited(content_segment(old), old_count, content_segment(new))
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of ``text`` (cut in the text's own tokens) whose segment fits ``max_tokens``."""
-        cut = self.inner.truncate(text, max_tokens)
-        while cut:
-            over = self.count(cut) - max_tokens
-            if over <= 0:
-                break
-            cut = self.inner.truncate(cut, max(0, self.inner.count(cut) - over))
-        return cut
 
 
 def tool_specs(tools: Sequence[Any] | None) -> list[dict[str, Any]]:
@@ -191,16 +141,12 @@ class PromptAccountant:
     def count_text(self, text: str) -> int:
         return self.tokens.count(text)
 
-    def count_message(self, message: ChatMessage, *, contents: Sequence[str] | None = None) -> int:
-        """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead.
-
-        ``contents``: the articles' contents of a tool result written by ``messages.dump_payload``, when
-        the caller knows them (the text is then not parsed to find them)."""
+    def count_message(self, message: ChatMessage) -> int:
+        """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead."""
         total = self.message_overhead
-        tool = message.role == MessageRole.TOOL
         for block in message.blocks:
             if isinstance(block, TextBlock):
-                total += self._count_tool_text(block.text, contents) if tool else self.tokens.count(block.text)
+                total += self.tokens.count(block.text)
             elif isinstance(block, ToolCallBlock):
                 kwargs = block.tool_kwargs
                 args = kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False)
@@ -215,14 +161,6 @@ class PromptAccountant:
         if message.role == MessageRole.TOOL:
             total += self.tokens.count(f"{extra.get('tool_call_id', '')}{extra.get('name', '')}")
         return total
-
-    def count_content(self, content: str) -> int:
-        """An article's content as sent in a tool result (its ``content_segment``)."""
-        return self.tokens.count(content_segment(content))
-
-    def _count_tool_text(self, text: str, contents: Sequence[str] | None = None) -> int:
-        """A tool result's text, counted whole (``contents`` is accepted for the callers, not needed)."""
-        return self.tokens.count(text)
 
     def count_messages(self, messages: Sequence[ChatMessage]) -> int:
         return sum(self.count_message(m) for m in messages)

@@ -3,55 +3,50 @@
 Per ``kb_id`` the copy with the highest ``rerank_score`` wins; an article ranked high by any retrieval
 call stays high. The survivors are sorted by score (best first; ties keep first-seen order) and get
 fresh ``normalized_rank`` (0.0 best .. 1.0 worst, a lone article 0.0) and ``article_rank`` (0, 1, ...).
-Inputs are never mutated: returned articles are new dicts.
+Inputs are never mutated: returned articles are new objects.
 
 Example:
-    >>> call1 = [{"kb_id": "a", "content": "A", "metadata": {"rerank_score": 0.2}}]
-    >>> call2 = [{"kb_id": "b", "content": "B", "metadata": {"rerank_score": 0.9}},
-    ...          {"kb_id": "a", "content": "A", "metadata": {"rerank_score": 0.7}}]
-    >>> [(a["kb_id"], a["metadata"]["normalized_rank"]) for a in dedupe_articles([call1, call2])]
+    >>> from ragidx.article import Article
+    >>> call1 = [Article("a", "A", "", "A", metadata={"rerank_score": 0.2})]
+    >>> call2 = [Article("b", "B", "", "B", metadata={"rerank_score": 0.9}),
+    ...          Article("a", "A", "", "A", metadata={"rerank_score": 0.7})]
+    >>> [(a.kb_id, a.metadata["normalized_rank"]) for a in dedupe_articles([call1, call2])]
     [('b', 0.0), ('a', 1.0)]
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import replace
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE
+from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 
 __all__ = ["article_key", "dedupe_articles", "dedupe_keyed", "rerank_score_of"]
 
 
-def article_key(article: dict[str, Any], fallback: str) -> str:
+def article_key(article: Article, fallback: str) -> str:
     """The dedup key: ``kb_id`` when present, else ``fallback`` (such articles are never merged)."""
-    kb_id = article.get("kb_id")
-    return str(kb_id) if kb_id not in (None, "") else fallback
+    return article.kb_id or fallback
 
 
-def rerank_score_of(article: dict[str, Any]) -> float:
+def rerank_score_of(article: Article) -> float:
     """``metadata.rerank_score`` as a float; ``-inf`` when missing or not a number."""
-    meta = article.get("metadata")
-    if not isinstance(meta, dict):
-        return -math.inf
     try:
-        score = float(meta.get(RERANK_SCORE))  # type: ignore[arg-type]
+        score = float(article.metadata.get(RERANK_SCORE))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return -math.inf
     return -math.inf if math.isnan(score) else score
 
 
-def _old_rank(article: dict[str, Any]) -> float:
-    meta = article.get("metadata")
+def _old_rank(article: Article) -> float:
     try:
-        return float(meta.get(NORMALIZED_RANK, 1.0)) if isinstance(meta, dict) else 1.0
+        return float(article.metadata.get(NORMALIZED_RANK, 1.0))
     except (TypeError, ValueError):
         return 1.0
 
 
-def dedupe_articles(calls: Iterable[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+def dedupe_articles(calls: Iterable[Sequence[Article]]) -> list[Article]:
     """Unique articles over all ``calls`` (each the article list of one tool result), best first.
 
     Sort key: ``rerank_score`` desc, then the call's own ``normalized_rank``, then first appearance.
@@ -60,9 +55,9 @@ def dedupe_articles(calls: Iterable[Sequence[dict[str, Any]]]) -> list[dict[str,
     return [article for _, article in dedupe_keyed(calls)]
 
 
-def dedupe_keyed(calls: Iterable[Sequence[dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def dedupe_keyed(calls: Iterable[Sequence[Article]]) -> list[tuple[str, Article]]:
     """``dedupe_articles`` with each article's key: its ``kb_id``, or ``"#<call>:<position>"`` without one."""
-    best: dict[str, tuple[float, float, int, dict[str, Any]]] = {}
+    best: dict[str, tuple[float, float, int, Article]] = {}
     seen = 0
     for c_idx, articles in enumerate(calls):
         for a_idx, article in enumerate(articles):
@@ -76,15 +71,12 @@ def dedupe_keyed(calls: Iterable[Sequence[dict[str, Any]]]) -> list[tuple[str, d
             seen += 1
     ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[1][2]))
     n = len(ordered)
-    result: list[tuple[str, dict[str, Any]]] = []
+    result: list[tuple[str, Article]] = []
     for rank, (key, (score, _, _, article)) in enumerate(ordered):
-        new = copy.deepcopy(article)
-        meta = new.get("metadata")
-        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta = dict(article.metadata)
         if math.isfinite(score):
             meta[RERANK_SCORE] = score
         meta[NORMALIZED_RANK] = rank / (n - 1) if n > 1 else 0.0
         meta[ARTICLE_RANK] = rank
-        new["metadata"] = meta
-        result.append((key, new))
+        result.append((key, replace(article, metadata=meta)))
     return result

@@ -19,14 +19,15 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.article import Article
 from ragidx.budget.compressor import ArticleCompressor
 from ragidx.budget.extractive import ExtractiveCompressor
+from ragidx.providers.chat import ChatCaller
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = ["SUMMARY_PROMPT", "LLMSummaryCompressor"]
@@ -52,7 +53,7 @@ class LLMSummaryCompressor:
     """Summarizes articles with an LLM, concurrently, and never returns more than it may.
 
     Args:
-        llm: Any LlamaIndex LLM (``chat`` / ``achat``).
+        llm: Any LlamaIndex LLM (called through ``ChatCaller``, without retries: a failure falls back).
         token_counter: Counts tokens of replies; default tiktoken ``cl100k_base``.
         fallback: Used when the LLM fails or overshoots badly; default ``ExtractiveCompressor``.
         max_concurrency: Summaries in flight at once in ``acompress_many``.
@@ -89,37 +90,23 @@ class LLMSummaryCompressor:
         self._stats_lock = threading.Lock()
 
     # --- protocol -------------------------------------------------------------------------------------
-    def compress(self, article: Article, target_tokens: int, question: str) -> str:
-        early = self._early(article, target_tokens, question)
-        if early is not None:
-            return early
-        try:
-            reply = self.llm.chat(self._messages(article, target_tokens, question))
-        except Exception as exc:
-            return self._fall_back(article, target_tokens, question, "llm_error", exc)
-        return self._check(reply.message.content or "", article, target_tokens, question)
-
     async def acompress(self, article: Article, target_tokens: int, question: str) -> str:
         early = self._early(article, target_tokens, question)
         if early is not None:
             return early
         try:
-            reply = await self.llm.achat(self._messages(article, target_tokens, question))
+            reply = await ChatCaller(self.llm, retries=0).achat(self._messages(article, target_tokens, question))
         except Exception as exc:
             return self._fall_back(article, target_tokens, question, "llm_error", exc)
         return self._check(reply.message.content or "", article, target_tokens, question)
 
-    def compress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
-        """All summaries from sync code, ``max_concurrency`` at a time in worker threads.
+    def compress(self, article: Article, target_tokens: int, question: str) -> str:
+        """``acompress`` from synchronous code."""
+        return str(asyncio_run(self.acompress(article, target_tokens, question)))
 
-        An in-process model that is not thread-safe (llama-cpp-python's ``Llama``) needs
-        ``max_concurrency=1``; an OpenAI-compatible server handles the concurrency itself.
-        """
-        jobs = list(zip(articles, targets, strict=True))
-        if self.max_concurrency == 1 or len(jobs) <= 1:
-            return [self.compress(a, t, question) for a, t in jobs]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(jobs))) as pool:
-            return list(pool.map(lambda job: self.compress(job[0], job[1], question), jobs))
+    def compress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
+        """``acompress_many`` from synchronous code."""
+        return list(asyncio_run(self.acompress_many(articles, targets, question)))
 
     async def acompress_many(self, articles: Sequence[Article], targets: Sequence[int], question: str) -> list[str]:
         """All summaries concurrently, at most ``max_concurrency`` at a time."""

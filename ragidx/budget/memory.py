@@ -17,13 +17,16 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
-from ragidx.budget.messages import message_text, parse_tool_payload
+from ragidx.article import SearchResult
+from ragidx.budget.messages import call_id, message_text
+from ragidx.providers.chat import ChatCaller
 from ragidx.providers.tokenizer import TokenCounter
 
 __all__ = ["MEMORY_PROMPT", "SUMMARY_PREFIX", "ConversationMemory", "MemoryResult"]
@@ -93,36 +96,28 @@ class ConversationMemory:
             cut -= 1  # keep the assistant tool-call message with its results
         return lead, max(cut, lead)
 
-    def summarize(
-        self, history: Sequence[ChatMessage], *, question: str = "", summary_tokens: int | None = None
-    ) -> MemoryResult:
-        lead, cut = self.cut_index(history)
-        if cut <= lead:
-            return MemoryResult(list(history), 0, 0, "none")
-        size = summary_tokens or self.summary_tokens
-        lines = self._lines(history[lead:cut])
-        summary, method = None, "extractive"
-        if self.llm is not None:
-            try:
-                reply = self.llm.chat(self._prompt(lines, question, size))
-                summary, method = (reply.message.content or "").strip() or None, "llm"
-            except Exception as exc:
-                logger.warning("memory summary by LLM failed, using extractive: %s", exc)
-                method = "extractive_fallback"
-        return self._result(history, lead, cut, summary, lines, size, method)
+    def summarize(self, history: Sequence[ChatMessage], **kwargs: Any) -> MemoryResult:
+        """``asummarize`` from synchronous code (same keyword arguments)."""
+        result: MemoryResult = asyncio_run(self.asummarize(history, **kwargs))
+        return result
 
     async def asummarize(
-        self, history: Sequence[ChatMessage], *, question: str = "", summary_tokens: int | None = None
+        self,
+        history: Sequence[ChatMessage],
+        *,
+        question: str = "",
+        summary_tokens: int | None = None,
+        results: Mapping[str, SearchResult] | None = None,
     ) -> MemoryResult:
         lead, cut = self.cut_index(history)
         if cut <= lead:
             return MemoryResult(list(history), 0, 0, "none")
         size = summary_tokens or self.summary_tokens
-        lines = self._lines(history[lead:cut])
+        lines = self._lines(history[lead:cut], results or {})
         summary, method = None, "extractive"
         if self.llm is not None:
             try:
-                reply = await self.llm.achat(self._prompt(lines, question, size))
+                reply = await ChatCaller(self.llm, retries=0).achat(self._prompt(lines, question, size))
                 summary, method = (reply.message.content or "").strip() or None, "llm"
             except Exception as exc:
                 logger.warning("memory summary by LLM failed, using extractive: %s", exc)
@@ -149,16 +144,15 @@ class ConversationMemory:
         new = [*history[:lead], message, *history[cut:]]
         return MemoryResult(new, cut - lead, self.tokens.count(message.content or ""), method)
 
-    def _lines(self, messages: Sequence[ChatMessage]) -> list[str]:
+    def _lines(self, messages: Sequence[ChatMessage], results: Mapping[str, SearchResult]) -> list[str]:
+        """One line a message; a search result (in ``results`` by its call id) is listed by its titles."""
         lines: list[str] = []
         for m in messages:
             role = m.role.value
             calls = [b for b in m.blocks if isinstance(b, ToolCallBlock)]
-            payload = parse_tool_payload(m)
-            if payload is not None:
-                titles = "; ".join(
-                    f"{a.get('title') or a.get('kb_id')} ({a.get('url', '')})" for a in payload["articles"]
-                )
+            result = results.get(call_id(m) or "")
+            if result is not None:
+                titles = "; ".join(f"{a.title or a.kb_id} ({a.url})" for a in result.articles)
                 text = f"retrieved: {titles}" if titles else "retrieved nothing"
             elif calls:
                 text = "; ".join(f"called {c.tool_name}({c.tool_kwargs})" for c in calls)

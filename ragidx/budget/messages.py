@@ -1,44 +1,51 @@
 """Reading and rebuilding chat messages for the budget: tool results, tool-call groups, turns.
 
-A ``retrieve_context`` tool result is a TOOL message whose text is JSON
-``{"articles": [...], "metadata": {...}}``; anything else (plain text, other JSON, an error shape with
-no article list) is left alone. A *group* is an assistant message that calls tools together with the
-tool results that follow it: the budget removes or keeps a group whole, never half of it.
+A ``retrieve_context`` result is a TOOL message; the budget gets its articles as a ``SearchResult`` keyed
+by the message's ``tool_call_id``. A conversation that arrives as messages only (``ContextBudget.apply``,
+``BudgetedLLM``) is read once by :func:`tool_results`; anything that is not a search result (plain text,
+other JSON, an error shape with no article list) is left alone. A *group* is an assistant message that
+calls tools together with the tool results that follow it: the budget removes or keeps a group whole.
 
 Example:
     >>> from llama_index.core.base.llms.types import ChatMessage
-    >>> msg = ChatMessage(role="tool", content='{"articles": [], "metadata": {}}')
-    >>> parse_tool_payload(msg)
-    {'articles': [], 'metadata': {}}
+    >>> msg = ChatMessage(role="tool", content='{"articles": [], "metadata": {}}',
+    ...                   additional_kwargs={"tool_call_id": "c1"})
+    >>> tool_results([msg])
+    {'c1': SearchResult(articles=(), metadata={}, error=None)}
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
+from ragidx.article import SearchResult
+
 __all__ = [
-    "content_segment",
-    "content_segments",
+    "call_id",
     "current_turn_start",
-    "dump_payload",
     "group_spans",
     "has_tool_calls",
     "message_text",
-    "parse_payload_text",
-    "parse_tool_payload",
     "replace_text",
+    "tool_results",
+    "with_results",
 ]
 
 
 def message_text(message: ChatMessage) -> str:
     """All text blocks of a message joined (``""`` when there are none)."""
     return "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+
+
+def call_id(message: ChatMessage) -> str | None:
+    """The tool-call id a TOOL message answers (``None`` for other messages)."""
+    if message.role != MessageRole.TOOL:
+        return None
+    value = message.additional_kwargs.get("tool_call_id")
+    return str(value) if value else None
 
 
 def has_tool_calls(message: ChatMessage) -> bool:
@@ -50,108 +57,31 @@ def has_tool_calls(message: ChatMessage) -> bool:
     )
 
 
-def parse_tool_payload(message: ChatMessage) -> dict[str, Any] | None:
-    """The JSON object of an article-carrying tool result, or ``None`` if this message isn't one.
-
-    Requires role TOOL, a JSON object, and an ``articles`` list whose items are objects with a string
-    ``content``. Error-shaped results (no ``articles``) return ``None`` and pass through untouched.
-    """
-    if message.role != MessageRole.TOOL:
-        return None
-    return parse_payload_text(message_text(message))
-
-
-def parse_payload_text(text: str) -> dict[str, Any] | None:
-    """``parse_tool_payload`` of a tool result's text."""
-    text = text.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    articles = data.get("articles")
-    if not isinstance(articles, list):
-        return None
-    for a in articles:
-        if not isinstance(a, dict) or not isinstance(a.get("content", ""), str):
-            return None
-    return data
+def tool_results(messages: Sequence[ChatMessage]) -> dict[str, SearchResult]:
+    """The search results among ``messages`` by tool-call id, each parsed once (``SearchResult.from_json``)."""
+    out: dict[str, SearchResult] = {}
+    for m in messages:
+        key = call_id(m)
+        result = SearchResult.from_json(message_text(m)) if key else None
+        if key and result is not None:
+            out[key] = result
+    return out
 
 
-def content_segment(content: str) -> str:
-    """How an article's content appears in a tool result written by :func:`dump_payload`: a space, the
-    JSON string, a comma (the space after the comma starts the next segment).
-
-    Example:
-        >>> content_segment('Say "hi"')
-        ' "Say \\\\"hi\\\\"",'
-    """
-    return " " + json.dumps(content, ensure_ascii=False) + ","
-
-
-def dump_payload(payload: dict[str, Any], *, default: Callable[[Any], Any] | None = None) -> str:
-    """Compact JSON with non-ASCII kept readable (cheaper in tokens), where each article's content sits
-    between two spaces: ``..."url":"…","content": "…", "metadata":{…}}``.
-
-    A space that follows a non-space starts a new piece for every tokenizer the budget counts with
-    exactly (``TokenCounter.word_additive``), so an article's content is counted alone as its
-    :func:`content_segment`, and a tool result as its contents plus the rest
-    (:func:`content_segments`): the budget counts each article's text once. The two spaces cost about
-    two tokens per article. An article whose content is its last key is written plainly.
-
-    Example:
-        >>> dump_payload({"articles": [{"kb_id": "a", "content": "Hi.", "metadata": {}}], "metadata": {}})
-        '{"articles":[{"kb_id":"a","content": "Hi.", "metadata":{}}],"metadata":{}}'
-    """
-    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), default=default)
-    articles = payload.get("articles")
-    if not isinstance(articles, list):
-        return dumps(payload)
-    parts = []
-    for key, value in payload.items():
-        if key == "articles":
-            parts.append(dumps(key) + ":[" + ",".join(_dump_article(a, dumps) for a in articles) + "]")
-        else:
-            parts.append(dumps(key) + ":" + dumps(value))
-    return "{" + ",".join(parts) + "}"
-
-
-def _dump_article(article: Any, dumps: Callable[[Any], str]) -> str:
-    if not isinstance(article, dict) or not isinstance(article.get("content"), str):
-        return dumps(article)
-    keys = list(article)
-    at = keys.index("content")
-    if at == len(keys) - 1:
-        return dumps(article)
-    before = dumps({k: article[k] for k in keys[:at]})
-    after = dumps({k: article[k] for k in keys[at + 1 :]})
-    head = before[:-1] + "," if at else "{"
-    return head + '"content":' + content_segment(article["content"]) + " " + after[1:]
-
-
-def content_segments(text: str, contents: Sequence[str]) -> tuple[list[str], str] | None:
-    """Split a tool result's ``text`` into the :func:`content_segment` of each of ``contents`` found in
-    it (in order, each between a non-space and a space) and the rest joined; ``None`` when none is found.
-    For a word-additive counter, ``count(text) == count(rest) + sum(count(s) for s in segments)``."""
-    segments: list[str] = []
-    rest: list[str] = []
-    pos = 0
-    for content in contents:
-        segment = content_segment(content)
-        at = text.find(segment, pos)
-        end = at + len(segment)
-        if at <= 0 or text[at - 1].isspace() or not text.startswith(" ", end):
-            continue  # not written by dump_payload (or not cut alike on both sides): left in the rest
-        rest.append(text[pos:at])
-        segments.append(segment)
-        pos = end
-    if not segments:
-        return None
-    rest.append(text[pos:])
-    return segments, "".join(rest)
+def with_results(
+    messages: Sequence[ChatMessage],
+    results: Mapping[str, SearchResult],
+    originals: Mapping[str, SearchResult] | None = None,
+) -> list[ChatMessage]:
+    """``messages`` with each tool result in ``results`` written as its JSON; one that is still the very
+    object of ``originals`` keeps the text it came with."""
+    out = []
+    for m in messages:
+        key = call_id(m)
+        result = results.get(key) if key else None
+        keep = result is None or (originals is not None and originals.get(key or "") is result)
+        out.append(m if keep else replace_text(m, result.to_json()))  # type: ignore[union-attr]
+    return out
 
 
 def replace_text(message: ChatMessage, text: str) -> ChatMessage:

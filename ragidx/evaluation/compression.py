@@ -264,7 +264,7 @@ def _summary(s: dict[str, Any]) -> dict[str, Any]:
 
 
 class _LlamaCppChat:
-    """The smallest ``chat`` an ``LLMSummaryCompressor`` needs, over an in-process llama.cpp model.
+    """The smallest ``achat`` an ``LLMSummaryCompressor`` needs, over an in-process llama.cpp model.
 
     For this evaluation only (one thread, no server); the agent gets its LLM from ``ragidx.providers``.
     """
@@ -275,7 +275,7 @@ class _LlamaCppChat:
         self.model = Llama(model_path=path, n_ctx=n_ctx, n_threads=1, verbose=False)
         self.max_tokens = max_tokens
 
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         chat: list[Any] = [{"role": m.role.value, "content": m.content or ""} for m in messages]
         reply = self.model.create_chat_completion(
             messages=chat,

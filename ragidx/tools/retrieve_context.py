@@ -10,6 +10,7 @@ reads::
      "metadata": {"query", "top_k_requested", "articles_count", "has_results"}}
 
 A failure returns the same shape with ``"error"`` and no articles; the tool never raises into the agent.
+The agent gets the answer as objects too (``ToolOutput.raw_output``: a ``SearchResult``).
 The chunk ids an article matched (``matched_chunk_ids``, UUIDs: 20-25 tokens each, often dozens an
 article) stay on ``Engine.retrieve``'s articles and out of the prompt; where those chunks sit in the
 article (``matched_spans``) stays, for the budget's compressor.
@@ -22,18 +23,24 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from llama_index.core.tools import FunctionTool
 
-from ragidx.article import MATCHED_CHUNKS, Article
-from ragidx.budget.cap import RetrievalCap
-from ragidx.budget.messages import dump_payload
+from ragidx.article import MATCHED_CHUNKS, Article, SearchResult
+from ragidx.tools.cap import RetrievalCap
 
-__all__ = ["TOOL_NAME", "ArticleSearch", "articles_to_json", "error_json", "make_retrieve_context_tool"]
+__all__ = [
+    "TOOL_NAME",
+    "ArticleSearch",
+    "articles_to_json",
+    "error_json",
+    "make_retrieve_context_tool",
+    "search_result",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,40 +63,24 @@ class ArticleSearch(Protocol):
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]: ...
 
 
+def search_result(articles: Sequence[Article], query: str, top_k: int | None) -> SearchResult:
+    """The tool's success answer: the articles without their matched chunk ids (UUIDs: tokens for nothing)."""
+    shown = [replace(a, metadata={k: v for k, v in a.metadata.items() if k != MATCHED_CHUNKS}) for a in articles]
+    return SearchResult.of(shown, query, top_k)
+
+
 def articles_to_json(articles: Sequence[Article], query: str, top_k: int | None) -> str:
-    """The tool's success answer: compact JSON, UTF-8 kept, each content between two spaces so that the
-    context budget counts it alone (``ragidx.budget.messages.dump_payload``)."""
-    payload = {
-        "articles": [_for_prompt(a) for a in articles],
-        "metadata": _metadata(query, top_k, len(articles)),
-    }
-    return dump_payload(payload, default=_jsonable)
+    """The tool's success answer as the model reads it: compact JSON, UTF-8 kept."""
+    return search_result(articles, query, top_k).to_json()
 
 
-def _for_prompt(article: Article) -> dict[str, Any]:
-    data = article.to_dict()
-    data["metadata"].pop(MATCHED_CHUNKS, None)
-    return data
+def _error(message: str, query: Any, top_k: Any) -> SearchResult:
+    return SearchResult.of([], query if isinstance(query, str) else str(query), top_k, error=message)
 
 
 def error_json(message: str, query: Any, top_k: Any) -> str:
     """The tool's failure answer: the same shape, no articles, and ``error``."""
-    payload = {
-        "error": message,
-        "articles": [],
-        "metadata": _metadata(query if isinstance(query, str) else str(query), top_k, 0),
-    }
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _metadata(query: str, top_k: Any, count: int) -> dict[str, Any]:
-    return {"query": query, "top_k_requested": top_k, "articles_count": count, "has_results": count > 0}
-
-
-def _jsonable(value: Any) -> Any:
-    # numpy scalars and the like in metadata: fall back to their Python value, else their text
-    item = getattr(value, "item", None)
-    return item() if callable(item) else str(value)
+    return _error(message, query, top_k).to_json()
 
 
 def _coerce_top_k(top_k: Any) -> int | None:
@@ -111,6 +102,9 @@ def _coerce_top_k(top_k: Any) -> int | None:
 def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | None = None) -> FunctionTool:
     """A LlamaIndex ``FunctionTool`` named ``retrieve_context`` over ``retriever`` (sync and async).
 
+    Its ``ToolOutput.raw_output`` is the ``SearchResult`` (the articles as objects, for the agent) and
+    its ``content`` the JSON the model reads.
+
     Args:
         retriever: returns ranked ``Article`` objects (``ArticleRetriever``).
         cap: when given, the article count is lowered to ``cap.limit(top_k)`` on every call.
@@ -127,7 +121,7 @@ def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | Non
         wanted = _coerce_top_k(top_k) or retriever.top_k
         return query, cap.limit(wanted) if cap is not None else wanted
 
-    def retrieve_context(query: str, top_k: int | None = None) -> str:
+    def retrieve_context(query: str, top_k: int | None = None) -> SearchResult:
         """Search the knowledge base; return ranked whole articles as JSON.
 
         Args:
@@ -139,11 +133,11 @@ def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | Non
             articles = retriever.retrieve(text, top_k=k)
         except Exception as exc:
             logger.exception("retrieve_context failed: %s", exc)
-            return error_json(f"Retrieval failed: {type(exc).__name__}: {exc}", query, top_k)
+            return _error(f"Retrieval failed: {type(exc).__name__}: {exc}", query, top_k)
         logger.info("retrieve_context returned %d articles", len(articles))
-        return articles_to_json(articles, text, top_k)
+        return search_result(articles, text, top_k)
 
-    async def aretrieve_context(query: str, top_k: int | None = None) -> str:
+    async def aretrieve_context(query: str, top_k: int | None = None) -> SearchResult:
         """Search the knowledge base; return ranked whole articles as JSON.
 
         Args:
@@ -155,9 +149,9 @@ def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | Non
             articles = await retriever.aretrieve(text, top_k=k)
         except Exception as exc:
             logger.exception("retrieve_context failed: %s", exc)
-            return error_json(f"Retrieval failed: {type(exc).__name__}: {exc}", query, top_k)
+            return _error(f"Retrieval failed: {type(exc).__name__}: {exc}", query, top_k)
         logger.info("retrieve_context returned %d articles", len(articles))
-        return articles_to_json(articles, text, top_k)
+        return search_result(articles, text, top_k)
 
     return FunctionTool.from_defaults(
         fn=retrieve_context,

@@ -17,13 +17,16 @@ from ragidx.agent.workflow import (
     AnswerDeltaEvent,
     LLMRequestError,
     LLMUnavailableError,
+    RagAgent,
     answer_language,
     fence,
     prompt_title,
     split_not_found,
     to_inline,
 )
+from ragidx.article import Article, SearchResult
 from ragidx.budget import ContextBudget
+from ragidx.budget.dedup import dedupe_articles
 from ragidx.providers.speed import AnswerDeadline, ModelSpeed
 from tests.agent.helpers import make_agent, make_tool
 from tests.fakes.scripted_llm import RecordedCall, ScriptedLLM, ToolCall, text_of
@@ -402,19 +405,15 @@ def test_answer_is_streamed() -> None:
 
 
 def test_inline_transport_writes_numbered_readable_articles() -> None:
-    payload = {
-        "articles": [
-            {"kb_id": "b", "title": "Beta", "url": "u", "content": "Beta text.", "metadata": {"rerank_score": 0.5}},
-            {"kb_id": "a", "title": "Alpha", "url": "u", "content": "Alpha text.", "metadata": {"rerank_score": 0.9}},
-        ],
-        "metadata": {},
-    }
+    beta = Article("b", "Beta", "u", "Beta text.", metadata={"rerank_score": 0.5})
+    alpha = Article("a", "Alpha", "u", "Alpha text.", metadata={"rerank_score": 0.9})
+    kwargs = {"tool_call_id": "c1", "name": "retrieve_context"}
     msgs = [
         ChatMessage(role=MessageRole.USER, content="q"),
-        ChatMessage(role=MessageRole.TOOL, content=json.dumps(payload), additional_kwargs={"name": "retrieve_context"}),
+        ChatMessage(role=MessageRole.TOOL, content="(the tool's JSON)", additional_kwargs=kwargs),
         ChatMessage(role=MessageRole.TOOL, content="plain text", additional_kwargs={"name": "other"}),
     ]
-    out = to_inline(msgs)
+    out = to_inline(msgs, {"c1": SearchResult((beta, alpha))}, dedupe_articles([[beta, alpha]]))
     assert [m.role for m in out] == [MessageRole.USER] * 3
     # numbered by the deduplicated ranking (Alpha scores higher), kept in the result's own order
     assert text_of(out[1]) == (
@@ -422,6 +421,71 @@ def test_inline_transport_writes_numbered_readable_articles() -> None:
         "[1] Alpha\n<article>\nAlpha text.\n</article>"
     )
     assert text_of(out[2]) == "Result of other:\nplain text"
+
+
+def test_each_tool_result_is_parsed_once_and_each_prompt_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Articles travel as objects: a tool that writes JSON is read once, where its answer enters; the
+    budget counts the prompt it sends once, and nothing else counts it again."""
+    from ragidx.budget.accounting import PromptAccountant
+
+    parsed: list[str] = []
+    counted: list[tuple[int, list[str]]] = []  # (LLM calls made so far, the prompt counted)
+    llm = ScriptedLLM(
+        [
+            ToolCall("retrieve_context", {"query": "insert table"}),
+            ToolCall("retrieve_context", {"query": "insert table writer ctrl+f12"}),
+            "enough",
+            "Use Table > Insert Table [1].",
+        ]
+    )
+    from_json, count_prompt = SearchResult.from_json.__func__, PromptAccountant.count_prompt  # type: ignore[attr-defined]
+
+    def spy_parse(cls: type[SearchResult], text: str) -> SearchResult | None:
+        parsed.append(text)
+        return from_json(cls, text)
+
+    def spy_count(self: PromptAccountant, messages: list[ChatMessage], **kwargs: Any) -> int:
+        counted.append((len(llm.calls), [text_of(m) for m in messages]))
+        return count_prompt(self, messages, **kwargs)
+
+    monkeypatch.setattr(SearchResult, "from_json", classmethod(spy_parse))
+    monkeypatch.setattr(PromptAccountant, "count_prompt", spy_count)
+    # A small window: the budget compresses, so it renders and counts skeleton prompts too.
+    budget = ContextBudget(min_article_tokens=40)
+    agent = RagAgent(llm, make_tool(), budget, context_window=600, max_output_tokens=64, backoff_s=0.0)
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.citations
+    tool_results = [text_of(m) for m in llm.calls[-1].messages if m.role == MessageRole.TOOL]
+    assert len(parsed) == len(tool_results) == 2  # once each, when the tool answered
+    assert any("compressed" in r.path for r in answer.budget_reports)
+    for k, (call, tokens) in enumerate(zip(llm.calls, answer.tokens["prompt_per_call"], strict=True)):
+        sent = [text_of(m) for m in call.messages]
+        assert [texts for n, texts in counted if n == k].count(sent) == 1  # counted once before it was sent
+        assert tokens == count_prompt(PromptAccountant(), call.messages, tools=call.tools or None)
+
+
+def test_the_retrieve_tools_articles_are_never_parsed_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragidx.tools.retrieve_context import make_retrieve_context_tool
+
+    class Retriever:
+        top_k = 2
+
+        def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+            raise AssertionError("the agent calls the async form")
+
+        async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+            meta = {"rerank_score": 0.9, "normalized_rank": 0.0, "article_rank": 0}
+            return [Article("tables", "Tables", "https://kb/tables", "Choose Table > Insert Table.", metadata=meta)]
+
+    def no_parse(cls: type[SearchResult], text: str) -> SearchResult | None:
+        raise AssertionError("the tool's JSON was parsed again")
+
+    monkeypatch.setattr(SearchResult, "from_json", classmethod(no_parse))
+    tool = make_retrieve_context_tool(Retriever())
+    agent, llm = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop", "Insert it [1]."], tool=tool)
+    answer = ask(agent, "How do I insert a table?")
+    assert [c.kb_id for c in answer.citations] == ["tables"]
+    assert '"kb_id":"tables"' in text_of(next(m for m in llm.calls[-1].messages if m.role == MessageRole.TOOL))
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["tool-messages", "inline"])
@@ -465,3 +529,36 @@ def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking(
     agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table with Ctrl+F12 in LibreOffice?")  # product names are not checked
     assert not answer.not_found and len(llm.calls) == 1
+
+
+def test_the_answer_prompt_event_says_how_long_the_model_should_take() -> None:
+    from ragidx.agent.workflow import BudgetReportEvent
+
+    deadline = AnswerDeadline(600.0, ModelSpeed(prefill_tps=100.0, decode_tps=10.0, answer_tokens=20.0))
+    agent, _ = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never", deadline=deadline)
+
+    async def run() -> list[BudgetReportEvent]:
+        handler = agent.run(question="How do I insert a table?")
+        events = [ev async for ev in handler.stream_events() if isinstance(ev, BudgetReportEvent)]
+        await handler
+        return events
+
+    (event,) = asyncio.run(run())
+    tokens = event.report["tokens_after"]
+    assert event.call == "answer" and event.expected_s == pytest.approx(tokens / 100.0 + 2.0)
+
+
+def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
+    agent, _ = make_agent(["A Writer table holds at most 65,536 rows [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How many rows can a table in Writer hold?")
+    assert answer.not_found and answer.citations == [] and "65,536" in answer.model_text
+    agent, _ = make_agent(["Choose Table > Insert Table, 3 times if you need 3 tables [1]."], tool_mode="forced",
+                          plan="never")  # fmt: skip
+    answer = ask(agent, "How do I insert 3 tables?")  # the question itself gives the number
+    assert not answer.not_found
+
+
+def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
+    agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I print a table?")
+    assert answer.not_found and answer.citations == []

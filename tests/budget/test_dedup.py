@@ -2,23 +2,28 @@ from __future__ import annotations
 
 import copy
 
+from ragidx.article import Article
 from ragidx.budget.dedup import dedupe_articles, dedupe_keyed
-from tests.budget.helpers import article
+from tests.budget.helpers import article as article_dict
+
+
+def article(kb_id: str, score: float, content: str) -> Article:
+    return Article.from_dict(article_dict(kb_id, score, content))
 
 
 def test_keeps_highest_score_copy_and_renormalizes() -> None:
     call1 = [article("a", 0.2, "A low"), article("b", 0.6, "B")]
     call2 = [article("c", 0.4, "C"), article("a", 0.9, "A high")]
     out = dedupe_articles([call1, call2])
-    assert [a["kb_id"] for a in out] == ["a", "b", "c"]
-    assert out[0]["content"] == "A high" and out[0]["metadata"]["rerank_score"] == 0.9
-    assert [a["metadata"]["normalized_rank"] for a in out] == [0.0, 0.5, 1.0]
-    assert [a["metadata"]["article_rank"] for a in out] == [0, 1, 2]
+    assert [a.kb_id for a in out] == ["a", "b", "c"]
+    assert out[0].content == "A high" and out[0].metadata["rerank_score"] == 0.9
+    assert [a.metadata["normalized_rank"] for a in out] == [0.0, 0.5, 1.0]
+    assert [a.metadata["article_rank"] for a in out] == [0, 1, 2]
 
 
 def test_lone_article_is_rank_zero_and_empty_input() -> None:
     (only,) = dedupe_articles([[article("x", 0.1, "X")]])
-    assert only["metadata"]["normalized_rank"] == 0.0
+    assert only.metadata["normalized_rank"] == 0.0
     assert dedupe_articles([]) == [] and dedupe_articles([[]]) == []
 
 
@@ -27,12 +32,12 @@ def test_inputs_not_mutated() -> None:
     frozen = copy.deepcopy(calls)
     out = dedupe_articles(calls)
     assert calls == frozen
-    assert out[0] is not calls[0][1] and out[0]["metadata"] is not calls[0][1]["metadata"]
+    assert out[0] is not calls[0][1] and out[0].metadata is not calls[0][1].metadata
 
 
 def test_missing_scores_sort_last_and_missing_ids_never_merge() -> None:
-    no_score = {"kb_id": "n", "content": "N", "metadata": {}}
-    anon1, anon2 = {"content": "same"}, {"content": "same"}
+    no_score = Article("n", "N", "", "N")
+    anon1, anon2 = Article("", "", "", "same"), Article("", "", "", "same")
     keyed = dedupe_keyed([[no_score, anon1, article("s", 0.1, "S")], [anon2]])
     assert [k for k, _ in keyed] == ["s", "n", "#0:1", "#1:0"]
-    assert "rerank_score" not in keyed[1][1]["metadata"]
+    assert "rerank_score" not in keyed[1][1].metadata

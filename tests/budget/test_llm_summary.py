@@ -85,21 +85,9 @@ def test_many_summaries_run_concurrently_within_limit() -> None:
     assert llm.peak == 3
 
 
-class BlockingLLM:
-    """Sync fake whose calls wait for each other: only concurrent calls can finish in time."""
-
-    def __init__(self, parties: int) -> None:
-        import threading
-
-        self.barrier = threading.Barrier(parties, timeout=5)
-
-    def chat(self, messages: list[ChatMessage], **kwargs: Any) -> ChatResponse:
-        self.barrier.wait()
-        return ChatResponse(message=ChatMessage(role="assistant", content="summary"))
-
-
 def test_sync_compress_many_runs_concurrently() -> None:
-    comp = LLMSummaryCompressor(BlockingLLM(3), max_concurrency=3)
+    llm = SlowLLM()
+    comp = LLMSummaryCompressor(llm, max_concurrency=3)
     arts = [Article(f"k{i}", "T", "", text_of_tokens(300, i)) for i in range(3)]
-    assert comp.compress_many(arts, [50] * 3, "q") == ["summary"] * 3  # sequential calls would time out
-    assert comp.stats["ok"] == 3
+    assert comp.compress_many(arts, [50] * 3, "q") == ["summary"] * 3
+    assert llm.peak == 3 and comp.stats["ok"] == 3

@@ -5,6 +5,7 @@ import copy
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory
+from ragidx.budget.messages import tool_results
 from tests.budget.helpers import article, assistant, tool_call, tool_result, user
 from tests.fakes.scripted_llm import ScriptedLLM, text_of
 
@@ -34,12 +35,14 @@ def test_cut_moves_before_tool_call_group() -> None:
 
 def test_llm_summary_message_and_prompt() -> None:
     llm = ScriptedLLM(["User asked how to print; answer: File > Print (source: Printing)."])
-    result = ConversationMemory(llm, keep_last=2).summarize(history(), question="And export?")
+    h = history()
+    result = ConversationMemory(llm, keep_last=2).summarize(h, question="And export?", results=tool_results(h))
     summary = result.messages[1]
     assert summary.role == MessageRole.USER
     assert summary.content == SUMMARY_PREFIX + "User asked how to print; answer: File > Print (source: Printing)."
     prompt = text_of(llm.calls[0].messages[0])
-    assert "How do I print?" in prompt and "Printing" in prompt and "And export?" in prompt
+    assert "How do I print?" in prompt and "And export?" in prompt
+    assert "tool: retrieved: Printing (https://kb.example/p1)" in prompt  # a search result: its titles
     assert result.method == "llm"
 
 

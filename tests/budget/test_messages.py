@@ -4,14 +4,9 @@ import json
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from ragidx.budget.messages import (
-    content_segment,
-    current_turn_start,
-    group_spans,
-    parse_tool_payload,
-    replace_text,
-)
-from tests.budget.helpers import assistant, tool_call, tool_result, user
+from ragidx.article import SearchResult
+from ragidx.budget.messages import current_turn_start, group_spans, replace_text, tool_results, with_results
+from tests.budget.helpers import article, assistant, tool_call, tool_result, user
 
 
 def tool(text: str) -> ChatMessage:
@@ -19,12 +14,22 @@ def tool(text: str) -> ChatMessage:
 
 
 def test_only_article_results_parse() -> None:
-    assert parse_tool_payload(tool_result("c", []))["articles"] == []  # type: ignore[index]
-    assert parse_tool_payload(tool(json.dumps({"error": "x", "metadata": {}}))) is None
-    assert parse_tool_payload(tool("plain text")) is None
-    assert parse_tool_payload(tool("{broken")) is None
-    assert parse_tool_payload(tool(json.dumps({"articles": ["not a dict"]}))) is None
-    assert parse_tool_payload(user(json.dumps({"articles": []}))) is None
+    assert tool_results([tool_result("c", [])])["c"].articles == ()
+    assert tool_results([tool(json.dumps({"error": "x", "metadata": {}}))]) == {}
+    assert tool_results([tool("plain text")]) == {}
+    assert tool_results([tool("{broken")]) == {}
+    assert tool_results([tool(json.dumps({"articles": ["not a dict"]}))]) == {}
+    assert tool_results([user(json.dumps({"articles": []}))]) == {}
+
+
+def test_results_are_written_back_as_json_unless_unchanged() -> None:
+    msgs = [tool_call("c1", "c2"), tool_result("c1", [article("a", 0.5, "A")]), tool_result("c2", [])]
+    parsed = tool_results(msgs)
+    changed = {"c1": SearchResult(parsed["c1"].articles, {"query": "new"}), "c2": parsed["c2"]}
+    out = with_results(msgs, changed, parsed)
+    assert out[0] is msgs[0] and out[2] is msgs[2]  # not a result, and the very result it came with
+    assert json.loads(out[1].content or "")["metadata"] == {"query": "new"}
+    assert out[1].additional_kwargs == msgs[1].additional_kwargs
 
 
 def test_groups_keep_calls_with_results() -> None:
@@ -47,9 +52,3 @@ def test_replace_text_copies_kwargs() -> None:
     assert new.content == "{}" and new.additional_kwargs == original.additional_kwargs
     new.additional_kwargs["name"] = "changed"
     assert original.additional_kwargs["name"] == "retrieve_context"
-
-
-def test_content_segment_is_what_json_writes() -> None:
-    text = 'Line "1"\nnext'
-    assert content_segment(text) == " " + json.dumps(text, ensure_ascii=False) + ","
-    assert content_segment('Say "hi"') == ' "Say \\"hi\\"",'

@@ -73,9 +73,13 @@ def test_chat_answer_shows_citations_ranked_articles_and_the_budget(kb_dir: Path
 
 
 def test_a_2k_window_from_the_sidebar_compresses_articles(kb_dir: Path) -> None:
+    """The local model reads articles as plain text (cheaper than their JSON, and counted as sent): at 2K
+    they fit under the default trigger, so the sidebar lowers it too."""
     at = start()
     at.sidebar.selectbox(key="set_window").set_value(2048)
     at.sidebar.number_input(key="set_top_k").set_value(10)
+    at.sidebar.slider(key="set_trigger").set_value(50)
+    at.sidebar.slider(key="set_target").set_value(45)
     ask(at.run(), "How do I create, edit and format a table of contents or an index?")
     assert metrics(at)["Window (tokens)"] == "2,048"
     path = next(m.value for m in at.chat_message[1].markdown if m.value.startswith("**Path:**"))

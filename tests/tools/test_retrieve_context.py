@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
-from ragidx.budget.cap import RetrievalCap
-from ragidx.budget.messages import content_segment
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article, SearchResult
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
+from ragidx.tools.cap import RetrievalCap
 from ragidx.tools.retrieve_context import TOOL_NAME, make_retrieve_context_tool
 from tests.retrieval.helpers import build_kb
 
@@ -76,12 +75,27 @@ def test_success_shape() -> None:
 def test_json_is_compact_and_keeps_unicode() -> None:
     raw = make_retrieve_context_tool(FakeRetriever()).call(query="q").content
     assert "Тема" in raw
-    # Compact but for the space on each side of a content value (the budget counts each content alone).
-    rest = raw
-    for a in json.loads(raw)["articles"]:
-        assert '"content":' + content_segment(a["content"]) + ' "metadata":' in rest
-        rest = rest.replace(content_segment(a["content"]) + " ", "", 1)
-    assert ", " not in rest and ": " not in rest
+    assert ", " not in raw and ": " not in raw
+
+
+def test_the_agent_gets_the_articles_as_objects_beside_the_json() -> None:
+    retriever = FakeRetriever()
+    output = make_retrieve_context_tool(retriever).call(query="q", top_k=2)
+    result = output.raw_output
+    assert isinstance(result, SearchResult)
+    assert output.content == result.to_json()
+    assert [a.kb_id for a in result.articles] == ["kb-0", "kb-1"]
+    assert result.metadata == {"query": "q", "top_k_requested": 2, "articles_count": 2, "has_results": True}
+
+
+def test_matched_chunk_ids_stay_out_of_the_prompt() -> None:
+    class WithChunks(FakeRetriever):
+        def _articles(self, query: str, top_k: int | None) -> list[Article]:
+            return [a.with_metadata(**{MATCHED_CHUNKS: ["uuid-1"]}) for a in super()._articles(query, top_k)]
+
+    output = make_retrieve_context_tool(WithChunks()).call(query="q")
+    assert all(MATCHED_CHUNKS not in a.metadata for a in output.raw_output.articles)
+    assert "uuid-1" not in output.content
 
 
 def test_no_results_is_a_success_with_has_results_false() -> None:

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.llms.llm import LLM
 
+from ragidx.providers.chat import ChatCaller
 from ragidx.retrieval.flash.prompts import defuse
 
 __all__ = ["CONTEXTUALIZE_SYSTEM_PROMPT", "ContextualizedQuery", "QueryContextualizer"]
@@ -98,9 +98,8 @@ class QueryContextualizer:
         if not conversation or not original:
             return ContextualizedQuery(query=original, original=original, rewritten=False)
         try:
-            response = await asyncio.wait_for(
-                self._llm.achat(self.messages(original, conversation)), timeout=self.timeout_s
-            )
+            chat = ChatCaller(self._llm, retries=0)
+            response = await chat.achat(self.messages(original, conversation), timeout=self.timeout_s)
         except Exception as exc:
             logger.warning("query contextualization failed, keeping the message: %s", exc)
             return ContextualizedQuery(query=original, original=original, rewritten=False, error=repr(exc))

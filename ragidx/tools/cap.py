@@ -1,4 +1,4 @@
-"""The retrieval cap: the budget sets it after each run, the retrieve tool reads it.
+"""The retrieval cap: the retrieve tool reads it; the context budget sets it after each run.
 
 The tool never counts tokens; it only asks ``cap.limit(top_k)`` how many articles to return. The
 budget knows what is left under its target and sets the cap accordingly (see

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ragidx.budget.cap import RetrievalCap
+from ragidx.tools.cap import RetrievalCap
 
 
 def test_cap_limits_top_k() -> None:
