@@ -235,7 +235,9 @@ class Settings(BaseSettings):
     # --- embeddings and chunking ------------------------------------------------------------
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
-        description="'minilm' (bundled), a local sentence-transformers folder, or a model name.",
+        description="'minilm' (bundled, English), 'use-multilingual' (Universal Sentence Encoder multilingual v3, "
+        "16 languages; needs the 'multilingual' extra; for Russian and mixed KBs), a local sentence-transformers "
+        "folder, or a model name.",
     )
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
@@ -253,6 +255,11 @@ class Settings(BaseSettings):
         description="Chunk size in the embedding model's own tokens (MiniLM stops at 256).",
     )
     chunk_overlap_tokens: int = Field(default=32, ge=0)
+    default_language: str | None = Field(
+        default=None,
+        description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "
+        "detected per article (py3langid). It picks the Snowball stemmer and stop words of the full-text index.",
+    )
 
     # --- retrieval ---------------------------------------------------------------------------
     # `ragidx tune` stores its choice of the fields in TUNABLE_FIELDS beside the index; the engine uses it

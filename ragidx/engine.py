@@ -249,6 +249,7 @@ class Engine:
             chunk_tokens=self.settings.chunk_tokens,
             chunk_overlap=self.settings.chunk_overlap_tokens,
             tenant=self.settings.tenant,
+            default_language=self.settings.default_language,
         )
 
     # --- API ---------------------------------------------------------------------------------------

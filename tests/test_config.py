@@ -25,6 +25,18 @@ def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert again.top_k == 9 and again.llm.model == "gpt-4o-mini"
 
 
+def test_language_and_multilingual_settings_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "ragidx.toml"
+    toml.write_text('default_language = "ru"\n')
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    s = Settings()
+    assert s.default_language == "ru"
+    again = Settings(**json.loads(json.dumps(s.model_dump(mode="json"))))
+    assert again.default_language == "ru" and again == s
+    monkeypatch.setenv("RAGIDX_DEFAULT_LANGUAGE", "de")
+    assert Settings().default_language == "de"
+
+
 def test_secrets_are_masked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGIDX_COHERE_API_KEY", "co-secret-456")
     monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")

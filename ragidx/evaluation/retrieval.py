@@ -62,6 +62,7 @@ from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
 from ragidx.retrieval.retriever import ArticleRetriever, SearchMode
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.lancedb_store import LanceDBChunkStore
+from ragidx.terms import TERMS_FORMAT
 
 __all__ = [
     "BeirDataset",
@@ -211,9 +212,10 @@ def _timed(fn: Callable[[], T]) -> tuple[T, float]:
 
 
 # --- scratch index ---------------------------------------------------------------------------------
-INDEX_FORMAT = 1
-"""Bump when ingestion changes what a chunk is or what gets embedded: old scratch indexes are then
-ignored. (Hashing the source instead would rebuild the index after every unrelated edit.)"""
+INDEX_FORMAT = 2
+"""Bump when ingestion changes what a chunk is, what gets embedded or what the full-text index holds: old
+scratch indexes are then ignored. (Hashing the source instead would rebuild the index after every
+unrelated edit.) 2: language-aware full-text terms (``ragidx.terms.TERMS_FORMAT``)."""
 
 
 def index_settings(settings: Settings) -> dict[str, Any]:
@@ -223,6 +225,8 @@ def index_settings(settings: Settings) -> dict[str, Any]:
         "embed_quantize": settings.embed_quantize,
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap_tokens": settings.chunk_overlap_tokens,
+        "default_language": settings.default_language,
+        "terms_format": TERMS_FORMAT,
         "index_format": INDEX_FORMAT,
     }
 
@@ -251,6 +255,7 @@ def open_scratch_index(
         embed_model,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
+        default_language=settings.default_language,
     )
     report = ingestor.ingest(dataset.articles(), source=str(dataset.corpus_path), progress=sys.stderr.isatty())
     if report.errors:

@@ -10,8 +10,10 @@ what a cross-encoder would notice and the first-stage search does not:
 - ``retrieval``: the search score the chunk came with (dense + keyword fusion).
 
 Each feature is min-max scaled over the candidates and the rerank score is their weighted sum, in
-[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball (English
-for Latin script, Russian for Cyrillic), so it works on both knowledge bases that ship with ragidx.
+[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball in each
+chunk's language (its ``language`` metadata) and the query's (detected among the candidates' languages
+by ``ragidx.language``); see ``ragidx.terms`` for how a word's script picks the stemmer, so mixed English
+and Russian candidates are compared on the same stems.
 
 How much it adds depends on the corpus, measured with ``ragidx eval retrieval`` (nDCG@10 over
 hybrid search alone, 50 candidates): on HotpotQA (entity titles, keyword-heavy questions) +0.03; on
@@ -39,8 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llama_index.core.bridge.pydantic import Field
-from llama_index.core.schema import MetadataMode, NodeWithScore
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
+from ragidx.language import detect_language
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.terms import terms
 
@@ -51,7 +54,9 @@ __all__ = [
     "OfflineChunkReranker",
     "candidate_features",
     "chunk_terms",
+    "node_language",
     "pool_features",
+    "pool_language",
 ]
 
 FEATURES = ("retrieval", "lexical", "title", "phrase")
@@ -83,10 +88,23 @@ class ChunkTerms:
     title: frozenset[str]
 
 
-def chunk_terms(title: str, text: str) -> ChunkTerms:
-    """The :class:`ChunkTerms` of a chunk with this article title and text."""
-    d = terms(f"{title}\n{text}")
-    return ChunkTerms(Counter(d), len(d), frozenset(zip(d, d[1:], strict=False)), frozenset(terms(title)))
+def chunk_terms(title: str, text: str, language: str | None = None) -> ChunkTerms:
+    """The :class:`ChunkTerms` of a chunk with this article title and text, stemmed in ``language``
+    (None: by script alone, see ``ragidx.terms``)."""
+    d = terms(f"{title}\n{text}", language=language)
+    title_terms = frozenset(terms(title, language=language))
+    return ChunkTerms(Counter(d), len(d), frozenset(zip(d, d[1:], strict=False)), title_terms)
+
+
+def node_language(node: BaseNode) -> str | None:
+    """A chunk's language (its ``language`` metadata), None when unknown."""
+    return str(node.metadata.get("language") or "") or None
+
+
+def pool_language(query: str, languages: Sequence[str | None]) -> str | None:
+    """The query's language, told among the languages of its candidate pool (one language: that one)."""
+    present = {lang for lang in languages if lang}
+    return detect_language(query, present) if len(present) > 1 else next(iter(present), None)
 
 
 def candidate_features(
@@ -97,10 +115,17 @@ def candidate_features(
     *,
     k1: float = 1.2,
     b: float = 0.75,
+    languages: Sequence[str | None] | None = None,
+    query_language: str | None = None,
 ) -> CandidateFeatures:
-    """The four features of each candidate (see the module docstring). Pure; inputs are not changed."""
-    docs = [chunk_terms(t, x) for t, x in zip(titles, texts, strict=True)]
-    return pool_features(query, docs, retrieval_scores, k1=k1, b=b)
+    """The four features of each candidate (see the module docstring). Pure; inputs are not changed.
+
+    ``languages`` (one per candidate) and ``query_language`` pick the stemmers (``ragidx.terms``);
+    None: by script alone.
+    """
+    langs = list(languages) if languages is not None else [None] * len(texts)
+    docs = [chunk_terms(t, x, lang) for t, x, lang in zip(titles, texts, langs, strict=True)]
+    return pool_features(query, docs, retrieval_scores, k1=k1, b=b, query_language=query_language)
 
 
 def pool_features(
@@ -110,10 +135,11 @@ def pool_features(
     *,
     k1: float = 1.2,
     b: float = 0.75,
+    query_language: str | None = None,
 ) -> CandidateFeatures:
     """``candidate_features`` from the candidates' :class:`ChunkTerms`; only the IDF and the average length
     depend on the pool."""
-    q_seq = terms(query)
+    q_seq = terms(query, language=query_language)
     q_terms = list(dict.fromkeys(q_seq))
     q_pairs = {(a, c) for a, c in zip(q_seq, q_seq[1:], strict=False) if a != c}
     n = len(docs)
@@ -176,7 +202,9 @@ class OfflineChunkReranker(ChunkReranker):
         return list(enumerate(self.combine(self.features(query, nodes))))
 
     def features(self, query: str, nodes: Sequence[NodeWithScore]) -> CandidateFeatures:
-        """The raw features of each candidate chunk (the title from its metadata, its text, its score)."""
+        """The raw features of each candidate chunk (the title from its metadata, its text, its score), stemmed
+        in each chunk's ``language`` metadata and the query's language detected among those."""
+        languages = [node_language(n.node) for n in nodes]
         return candidate_features(
             query,
             [str(n.node.metadata.get("title") or "") for n in nodes],
@@ -184,6 +212,8 @@ class OfflineChunkReranker(ChunkReranker):
             [n.score for n in nodes],
             k1=self.k1,
             b=self.b,
+            languages=languages,
+            query_language=pool_language(query, languages),
         )
 
     def combine(self, features: CandidateFeatures) -> list[float]:

@@ -128,7 +128,7 @@ def candidate_configs(
         if any(f in fixed for f in _WEIGHT_FIELDS):
             weight_values = [untuned.weights]
         else:
-            weight_values = list(dict.fromkeys([untuned.weights, *offline_weights]))  # type: ignore[list-item]
+            weight_values = list(dict.fromkeys([untuned.weights, *offline_weights]))
     out = [untuned]
     for alpha in alpha_values:
         fusions = fusion_values if 0.0 < alpha < 1.0 else [settings.hybrid_fusion]

@@ -33,7 +33,14 @@ from ragidx.evaluation.retrieval import ndcg_at_k, score_runs
 from ragidx.retrieval.article_grouper import chunk_kb_id
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker
-from ragidx.retrieval.offline_reranker import ChunkTerms, OfflineChunkReranker, chunk_terms, pool_features
+from ragidx.retrieval.offline_reranker import (
+    ChunkTerms,
+    OfflineChunkReranker,
+    chunk_terms,
+    node_language,
+    pool_features,
+    pool_language,
+)
 from ragidx.stores.fusion import fuse
 from ragidx.tuning.candidates import RetrievalConfig
 
@@ -221,7 +228,11 @@ class RetrievalTuner:
                 reranker = self._offline(c.weights)
                 if features is None:
                     docs = [self._chunk_terms(i, nodes[i]) for i, _ in fused]
-                    features = pool_features(query, docs, [x for _, x in fused], k1=reranker.k1, b=reranker.b)
+                    language = pool_language(query, [node_language(nodes[i]) for i, _ in fused])
+                    scores_in = [x for _, x in fused]
+                    features = pool_features(
+                        query, docs, scores_in, k1=reranker.k1, b=reranker.b, query_language=language
+                    )
                 scores = reranker.combine(features)
                 order = sorted(range(len(fused)), key=lambda i: (-scores[i], i))[: self.settings.rerank_top_n]
                 out.append((c, [(fused[i][0], scores[i]) for i in order]))
@@ -247,7 +258,8 @@ class RetrievalTuner:
         cached = self._terms.get(node_id)
         if cached is None:
             title = str(node.metadata.get("title") or "")
-            cached = self._terms[node_id] = chunk_terms(title, node.get_content(metadata_mode=MetadataMode.NONE))
+            text = node.get_content(metadata_mode=MetadataMode.NONE)
+            cached = self._terms[node_id] = chunk_terms(title, text, node_language(node))
         return cached
 
     def _ranked_articles(self, chunks: Sequence[tuple[str, float]]) -> list[str]:
