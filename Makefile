@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# torch first: the CPU wheel; otherwise pip pulls gigabytes of CUDA packages.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet $(FIND_LINKS) 'llama-cpp-python[server]==0.3.36'
-	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[local-llm,dashboard,cohere,postgres,dev]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[local-llm,dashboard,cohere,postgres,multilingual,dev]'
 	touch $@
 
 demo: install

@@ -14,6 +14,9 @@ Weaviate): every step on an article's chunks runs inside the article store's *cl
 (see ``ArticleStore.claim``), and reads the ledger again under it, so two ingests of overlapping sources
 end with one set of chunks and one ledger row per article, and an article is embedded once.
 
+Each chunk carries its article's language (``lang`` in the input, else ``default_language``, else
+detected by ``ragidx.language``): the chunk store stems its full text in that language.
+
 Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
 ``uuid5(kb_id:chunk_no)`` (with the tenant, when there is one, so two tenants' chunks never share an id)
 so every backend (Weaviate needs UUIDs) gets the same stable ids.
@@ -38,7 +41,9 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from ingestion.sources import SourceError, SourceItem
 from ragidx.article import Article
+from ragidx.language import detect_language
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
+from ragidx.terms import base_language
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +140,7 @@ class Ingestor:
         batch_articles: int = 128,
         tokenizer: Any | None = None,
         tenant: str | None = None,
+        default_language: str | None = None,
     ) -> None:
         self.vector_store = vector_store
         self.article_store = article_store
@@ -144,6 +150,7 @@ class Ingestor:
         self.batch_articles = batch_articles
         self._tokenizer = tokenizer
         self.tenant = tenant
+        self.default_language = default_language
         self._pipeline: IngestionPipeline | None = None
 
     @property
@@ -278,12 +285,19 @@ class Ingestor:
         claim.mark_indexed(counts)
         report.chunks_written += len(nodes)
 
+    def language_of(self, article: Article) -> str:
+        """The article's language for search: its own ``lang``, else ``default_language``, else detected."""
+        declared = base_language(article.language) or base_language(self.default_language)
+        if declared:
+            return declared
+        return detect_language(f"{article.title}\n{article.content}") or ""
+
     def _document(self, article: Article) -> Document:
         metadata = {
             "kb_id": article.kb_id,
             "title": article.title,
             "url": article.url,
-            "language": article.language or "",
+            "language": self.language_of(article),
         }
         if self.tenant:
             metadata["tenant"] = self.tenant

@@ -5,6 +5,7 @@
     ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
     ragidx stats
+    ragidx tune [--queries N] [--method held_out|masked_sentence|sentence|first_sentence|title|llm] [--dry-run]
     ragidx migrate-articles [--to URL] [--from FILE]
     ragidx eval retrieval --beir DIR [--limit N]
     ragidx eval compression --hotpotqa FILE [--limit N]
@@ -182,6 +183,35 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from ragidx.tuning.stored import tuning_path
+
+    with _engine(args) as engine:
+        if engine.article_store.count() == 0:
+            print(
+                f"the knowledge base in {engine.settings.data_dir} is empty: run `ragidx ingest PATH` first",
+                file=sys.stderr,
+            )
+            return 2
+        result = engine.tune(
+            queries=args.queries, method=args.method, seed=args.seed, save=not args.dry_run, progress=not args.quiet
+        )
+        path = None if args.dry_run else str(tuning_path(engine.settings))
+    row = {
+        "picked": result.picked,
+        "settings": result.settings,
+        "untuned": result.untuned,
+        "method": result.method,
+        "queries": result.queries,
+        "seconds": result.seconds,
+        "load_average": result.load_average,
+        "saved": path,
+        "candidates": result.candidates,
+    }
+    print(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+    return 0
+
+
 def cmd_migrate_articles(args: argparse.Namespace) -> int:
     from ragidx.stores.article_migration import migrate_articles
 
@@ -254,6 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="article and chunk counts")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser(
+        "tune",
+        help="calibrate retrieval on this KB without labels (pseudo-queries from the articles); "
+        "the choice is stored beside the index and used until the index changes",
+    )
+    p.add_argument("--queries", type=int, default=None, help="pseudo-queries (articles sampled; default 300)")
+    p.add_argument(
+        "--method",
+        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title", "llm"],
+        default=None,
+        help="how pseudo-queries are made (default held_out; llm: the configured LLM writes questions)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--dry-run", action="store_true", help="report the choice without storing it")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser(
         "migrate-articles", help="copy the SQLite article store and ingest ledger into a shared database"

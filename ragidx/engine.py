@@ -97,14 +97,80 @@ class Engine:
 
     @property
     def retriever(self) -> Any:
+        """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
         if self._retriever is None:
             from ragidx.retrieval.factory import build_retriever
 
             flash = self._build_flash() if self.settings.flash.enabled else None
             self._retriever = build_retriever(
-                self.settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
+                self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
             )
         return self._retriever
+
+    @property
+    def tuning(self) -> Any:
+        """The stored ``ragidx tune`` result if it was made on this index as it is now, else None."""
+        from ragidx.tuning.stored import load_tuning
+
+        return load_tuning(self.settings, self.article_store)
+
+    @property
+    def retrieval_settings(self) -> Settings:
+        """The settings retrieval runs with: the stored tuning (when valid) under the explicitly set fields."""
+        from ragidx.tuning.stored import apply_tuning
+
+        tuning = self.tuning
+        return apply_tuning(self.settings, tuning.settings) if tuning is not None else self.settings
+
+    def tune(
+        self,
+        *,
+        queries: int | None = None,
+        method: str | None = None,
+        seed: int = 0,
+        save: bool = True,
+        progress: bool = False,
+    ) -> Any:
+        """Calibrate retrieval on this KB without labels and store the choice beside the index.
+
+        Pseudo-queries are made from a sample of the articles (``method``: ``held_out`` by default,
+        ``llm`` asks the configured LLM to write them), every candidate configuration of hybrid alpha,
+        fusion, candidate depth and rerank stage is scored on them, and the best is kept
+        (:func:`ragidx.tuning.calibrate.calibrate`). Explicitly set settings are not tuned and always
+        win. Returns the :class:`~ragidx.tuning.stored.TuningResult`; with ``save`` it is written to
+        ``tuning.json`` and used by this engine's retrieval from now on (until the index changes).
+
+        Example:
+            >>> engine.tune().picked                                    # doctest: +SKIP
+            'rsf a0.35 c50 offline(1,0.1,0.1,0)'
+        """
+        from ragidx.tuning.calibrate import DEFAULT_QUERIES, calibrate
+        from ragidx.tuning.pseudo_queries import DEFAULT_METHOD
+        from ragidx.tuning.stored import save_tuning, tuning_path
+
+        chosen = method or DEFAULT_METHOD
+        llm = self.llm_provider.get(self.settings.llm) if chosen == "llm" else None
+        result = calibrate(
+            self.settings,
+            self.chunk_store,
+            self.article_store,
+            self.embed_model,
+            queries=queries or DEFAULT_QUERIES,
+            method=chosen,  # type: ignore[arg-type]
+            seed=seed,
+            llm=llm,
+            progress=progress,
+        )
+        if save:
+            save_tuning(result, tuning_path(self.settings))
+            self._rebuild_retrieval()
+        return result
+
+    def _rebuild_retrieval(self) -> None:
+        """Forget the chain (and the agent holding it): the next use reads the stored tuning again."""
+        with self._lock:
+            self._retriever = None
+            self._agent = None
 
     @property
     def flash_metrics(self) -> Any:
@@ -183,6 +249,7 @@ class Engine:
             chunk_tokens=self.settings.chunk_tokens,
             chunk_overlap=self.settings.chunk_overlap_tokens,
             tenant=self.settings.tenant,
+            default_language=self.settings.default_language,
         )
 
     # --- API ---------------------------------------------------------------------------------------
@@ -206,11 +273,15 @@ class Engine:
             total = _count_items(path) if progress else None
         else:
             items, name, total = source, source_name or "api", None
-        return self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
+        report = self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
+        if report.new or report.changed or report.deleted or report.recovered:
+            self._rebuild_retrieval()  # a stored tuning was made on the old index
+        return report
 
     def delete(self, kb_ids: list[str]) -> None:
         """Delete articles and their chunks."""
         self.ingestor().delete(kb_ids)
+        self._rebuild_retrieval()
 
     def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
         """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``."""
@@ -345,6 +416,7 @@ class Engine:
             "store": self.settings.store,
             "article_store": self.article_store.display_url,
             "data_dir": str(self.settings.data_dir),
+            "tuned": tuning.picked if (tuning := self.tuning) is not None else None,
         }
 
     def close(self) -> None:

@@ -163,3 +163,25 @@ def test_streamed_answers_show_characters_not_html_entities() -> None:
     pieces = ["Select &#3", "4;Table&#34; and R&", "D, then Tools &gt", "; Options"]
     assert "".join(shown.feed(p) for p in pieces) + shown.flush() == 'Select "Table" and R&D, then Tools > Options'
     assert shown.feed("end &am") + shown.flush() == "end &am"  # an unfinished entity at the end is kept as written
+
+
+def test_tune_prints_one_json_line_and_stores_the_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.retrieval.helpers import KB
+
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text("".join(json.dumps({"id": a.kb_id, "title": a.title, "text": a.content}) + "\n" for a in KB))
+    data = str(tmp_path / "data")
+    assert main(["--data-dir", data, "tune", "--quiet"]) == 2
+    assert "run `ragidx ingest PATH` first" in capsys.readouterr().err
+    assert main(["--data-dir", data, "ingest", str(kb), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", data, "tune", "--queries", "6", "--quiet"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    row = json.loads(out[0])
+    assert row["queries"] == 6 and row["saved"].endswith("tuning.json")
+    assert row["method"] == "masked_sentence"  # held_out needs articles of two chunks or more: the fallback
+    assert row["picked"] == row["candidates"][0]["config"] or row["picked"] == row["untuned"]
+    assert set(row["settings"]) >= {"hybrid_alpha", "hybrid_fusion", "candidate_chunks", "reranker"}
+    assert main(["--data-dir", data, "stats"]) == 0
+    assert json.loads(capsys.readouterr().out)["tuned"] == row["picked"]

@@ -13,9 +13,7 @@ from ragidx.config import Settings
 
 def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     toml = tmp_path / "ragidx.toml"
-    toml.write_text(
-        'top_k = 7\nreranker = "none"\n[llm]\nmodel = "gpt-4o-mini"\napi_base = "https://api.example/v1"\n'
-    )
+    toml.write_text('top_k = 7\nreranker = "none"\n[llm]\nmodel = "gpt-4o-mini"\napi_base = "https://api.example/v1"\n')
     monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
     monkeypatch.setenv("RAGIDX_TOP_K", "9")  # env beats the file
     monkeypatch.setenv("RAGIDX_LLM__API_KEY", "sk-secret-123")
@@ -25,6 +23,18 @@ def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert s.llm.api_key is not None and s.llm.api_key.get_secret_value() == "sk-secret-123"
     again = Settings(**json.loads(json.dumps(s.model_dump(mode="python"), default=str)))
     assert again.top_k == 9 and again.llm.model == "gpt-4o-mini"
+
+
+def test_language_and_multilingual_settings_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "ragidx.toml"
+    toml.write_text('default_language = "ru"\n')
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    s = Settings()
+    assert s.default_language == "ru"
+    again = Settings(**json.loads(json.dumps(s.model_dump(mode="json"))))
+    assert again.default_language == "ru" and again == s
+    monkeypatch.setenv("RAGIDX_DEFAULT_LANGUAGE", "de")
+    assert Settings().default_language == "de"
 
 
 def test_secrets_are_masked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -141,6 +141,70 @@ def test_an_article_carrying_instructions_is_answered_from_like_any_other(tmp_pa
     assert [c.kb_id for c in answer.citations][:1] == ["labels"]
 
 
+# --- the stored tuning ------------------------------------------------------------------------------
+def _hash_engine(data_dir: Path, **settings: object) -> Engine:
+    from tests.fakes.hash_embedding import HashEmbedding
+
+    return Engine(
+        Settings(**{"data_dir": data_dir, "chunk_tokens": 64, "chunk_overlap_tokens": 8, **settings}),  # type: ignore[arg-type]
+        embed_model=HashEmbedding(dim=256),
+    )
+
+
+def _store_tuning(engine: Engine, values: dict) -> None:
+    from ragidx.tuning.stored import TuningResult, index_fingerprint, save_tuning, tuning_path
+
+    fingerprint = index_fingerprint(engine.settings, engine.article_store)
+    save_tuning(
+        TuningResult(values, "picked", "untuned", "masked_sentence", 6, [], fingerprint), tuning_path(engine.settings)
+    )
+
+
+def test_tune_stores_its_choice_and_retrieval_uses_it(tmp_path: Path) -> None:
+    from tests.retrieval.helpers import KB
+
+    with _hash_engine(tmp_path) as engine:
+        engine.ingest(KB)
+        result = engine.tune(queries=6)
+        assert (tmp_path / "tuning.json").is_file() and result.queries == 6
+        assert len(result.candidates) > 100 and result.picked in [c["config"] for c in result.candidates]
+        assert engine.tuning is not None and engine.tuning.picked == result.picked
+        assert engine.retriever.alpha == result.settings["hybrid_alpha"]
+        assert engine.stats()["tuned"] == result.picked
+
+
+def test_a_reingest_that_changes_the_index_invalidates_the_tuning(tmp_path: Path) -> None:
+    from ragidx.article import Article
+    from tests.retrieval.helpers import KB
+
+    with _hash_engine(tmp_path) as engine:
+        engine.ingest(KB)
+        _store_tuning(engine, {"hybrid_alpha": 0.2, "reranker": "none"})
+        assert engine.retriever.alpha == 0.2 and engine.retriever.reranker is None
+        engine.ingest(KB)  # nothing changed: the index is the same, so is the tuning
+        assert engine.tuning is not None and engine.retriever.alpha == 0.2
+        engine.ingest([Article("new", "A new article", "", "Freshly written text about templates.")])
+        assert engine.tuning is None
+        assert engine.retriever.alpha == 0.5 and engine.retriever.reranker is not None  # back to the settings
+    with _hash_engine(tmp_path) as engine:
+        _store_tuning(engine, {"hybrid_alpha": 0.2})
+    with _hash_engine(tmp_path, chunk_overlap_tokens=16) as engine:  # an index setting changed
+        assert engine.tuning is None and engine.retrieval_settings.hybrid_alpha == 0.5
+
+
+def test_explicit_settings_win_over_the_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.retrieval.helpers import KB
+
+    with _hash_engine(tmp_path) as engine:
+        engine.ingest(KB)
+        _store_tuning(engine, {"hybrid_alpha": 0.2, "hybrid_fusion": "rrf", "reranker": "none"})
+    with _hash_engine(tmp_path, hybrid_alpha=0.8) as engine:
+        assert (engine.retriever.alpha, engine.retriever.fusion, engine.retriever.reranker) == (0.8, "rrf", None)
+    monkeypatch.setenv("RAGIDX_RERANKER", "offline")
+    with _hash_engine(tmp_path) as engine:
+        assert engine.retriever.alpha == 0.2 and engine.retriever.reranker is not None
+
+
 def test_a_new_question_searches_uncapped_after_a_full_prompt(tmp_path: Path, writer_kb_file: str) -> None:
     """The budget caps a turn's later searches by the room left; the next question starts afresh."""
     from tests.dashboard.fakes import make_engine

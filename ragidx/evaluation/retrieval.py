@@ -8,10 +8,16 @@ and embedding settings, so a rerun does not re-embed. Every corpus document is o
 For each query the stages are measured on the same store:
 
 - ``dense``: vector search only, chunks grouped to articles by their best chunk;
+- ``bm25``: full-text search only, grouped the same way;
 - ``hybrid``: hybrid search (dense + full text, relative score fusion with ``hybrid_alpha``);
 - ``hybrid+rerank``: hybrid candidates reranked at chunk level, then grouped;
 - ``full_chain``: ``ArticleRetriever.retrieve`` exactly as the product runs it (``build_retriever``),
-  whole articles loaded, with the depth raised to ``--depth`` articles so Recall@100 is defined.
+  whole articles loaded, with the depth raised to ``--depth`` articles so Recall@100 is defined;
+- ``untuned``: the chain the settings configure (their candidate depth), ``--depth`` articles;
+- ``tuned``: the same after self-calibration on this corpus (``ragidx.tuning``: pseudo-queries made
+  from the corpus, labels unseen), with a ``tuning`` block saying what it picked and every candidate's
+  nDCG@10 on the pseudo-queries and on the labelled ones (``ragidx.evaluation.tuning``). ``--no-tune``
+  leaves both out.
 
 Each stage reports nDCG@10, Recall@10, Recall@100, MRR@10 and p50/p95 latency in milliseconds; a
 ``default_config`` block repeats the full chain with the configured candidate counts and ``top_k``
@@ -56,6 +62,7 @@ from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
 from ragidx.retrieval.retriever import ArticleRetriever, SearchMode
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.lancedb_store import LanceDBChunkStore
+from ragidx.terms import TERMS_FORMAT
 
 __all__ = [
     "BeirDataset",
@@ -71,7 +78,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-STAGES = ("dense", "hybrid", "hybrid+rerank", "full_chain")
+STAGES = ("dense", "bm25", "hybrid", "hybrid+rerank", "full_chain")
+TUNED_STAGES = ("untuned", "tuned")
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -204,9 +212,10 @@ def _timed(fn: Callable[[], T]) -> tuple[T, float]:
 
 
 # --- scratch index ---------------------------------------------------------------------------------
-INDEX_FORMAT = 1
-"""Bump when ingestion changes what a chunk is or what gets embedded: old scratch indexes are then
-ignored. (Hashing the source instead would rebuild the index after every unrelated edit.)"""
+INDEX_FORMAT = 2
+"""Bump when ingestion changes what a chunk is, what gets embedded or what the full-text index holds: old
+scratch indexes are then ignored. (Hashing the source instead would rebuild the index after every
+unrelated edit.) 2: language-aware full-text terms (``ragidx.terms.TERMS_FORMAT``)."""
 
 
 def index_settings(settings: Settings) -> dict[str, Any]:
@@ -216,6 +225,8 @@ def index_settings(settings: Settings) -> dict[str, Any]:
         "embed_quantize": settings.embed_quantize,
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap_tokens": settings.chunk_overlap_tokens,
+        "default_language": settings.default_language,
+        "terms_format": TERMS_FORMAT,
         "index_format": INDEX_FORMAT,
     }
 
@@ -244,6 +255,7 @@ def open_scratch_index(
         embed_model,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
+        default_language=settings.default_language,
     )
     report = ingestor.ingest(dataset.articles(), source=str(dataset.corpus_path), progress=sys.stderr.isatty())
     if report.errors:
@@ -261,6 +273,10 @@ def evaluate(
     *,
     depth: int = 100,
     reranker: ChunkReranker | None | Literal["settings"] = "settings",
+    tune: bool = True,
+    tune_queries: int | None = None,
+    tune_method: str | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Every stage's metrics and latencies on ``dataset``; the dict ``main`` prints.
 
@@ -272,6 +288,9 @@ def evaluate(
         cache_dir: where scratch indexes live.
         depth: articles ranked per query for the metrics (Recall@100 needs 100).
         reranker: the chunk reranker to measure; by default the one ``settings`` configures.
+        tune: calibrate on the corpus (pseudo-queries) and add the ``untuned`` and ``tuned`` stages.
+        tune_queries, tune_method: pseudo-queries and how they are made (``ragidx.tuning`` defaults).
+        progress: progress bars for the calibration.
     """
     if depth < 10:
         raise ValueError(f"depth must be >= 10 (nDCG@10 needs ten results), got {depth}")
@@ -298,20 +317,35 @@ def evaluate(
         )
 
     dense = stage_retriever("dense", False)
+    bm25 = stage_retriever("text", False)
     hybrid = stage_retriever("hybrid", False)
     full = stage_retriever("hybrid", True)
     default = build_retriever(settings, chunk_store, article_store, embed_model)
+    chains: dict[str, ArticleRetriever] = {}
+    tuning: dict[str, Any] | None = None
+    if tune:
+        tuning, tuned_settings = _calibrate(
+            dataset, settings, chunk_store, article_store, embed_model, tune_queries, tune_method, progress
+        )
+        chains = {
+            "untuned": build_retriever(settings, chunk_store, article_store, embed_model),
+            "tuned": build_retriever(tuned_settings, chunk_store, article_store, embed_model),
+        }
 
     first = next(iter(dataset.queries.values()), "warm up")
-    for r in (dense, hybrid, full, default):  # load models, open tables and indexes before timing
+    for r in (dense, bm25, hybrid, full, default, *chains.values()):  # load models, open indexes before timing
         r.retrieve(first)
 
-    runs: dict[str, dict[str, list[str]]] = {name: {} for name in (*STAGES, "default_config")}
+    runs: dict[str, dict[str, list[str]]] = {name: {} for name in (*STAGES, *chains, "default_config")}
     latency: dict[str, list[float]] = {name: [] for name in runs}
     for qid, query in dataset.queries.items():
         nodes, ms = _timed(partial(dense.search, query))
         runs["dense"][qid] = [g.kb_id for g in group_chunks(nodes)][:depth]
         latency["dense"].append(ms)
+
+        nodes, ms = _timed(partial(bm25.search, query))
+        runs["bm25"][qid] = [g.kb_id for g in group_chunks(nodes)][:depth]
+        latency["bm25"].append(ms)
 
         nodes, ms = _timed(partial(hybrid.search, query))
         runs["hybrid"][qid] = [g.kb_id for g in group_chunks(nodes)][:depth]
@@ -329,7 +363,12 @@ def evaluate(
         runs["default_config"][qid] = [a.kb_id for a in articles]
         latency["default_config"].append(ms)
 
-    stages = {name: score_runs(runs[name], latency[name], dataset.qrels) for name in STAGES}
+        for name, chain in chains.items():
+            articles, ms = _timed(partial(chain.retrieve, query, top_k=depth))
+            runs[name][qid] = [a.kb_id for a in articles]
+            latency[name].append(ms)
+
+    stages = {name: score_runs(runs[name], latency[name], dataset.qrels) for name in (*STAGES, *chains)}
     default_scores = score_runs(runs["default_config"], latency["default_config"], dataset.qrels)
     return {
         "dataset": dataset.root.name,
@@ -350,7 +389,42 @@ def evaluate(
             **default_scores,
         },
         "index": {"folder": str(folder), "prepare_seconds": round(ingest_seconds, 1)},
+        **({"tuning": tuning} if tuning is not None else {}),
     }
+
+
+def _calibrate(
+    dataset: BeirDataset,
+    settings: Settings,
+    chunk_store: Any,
+    article_store: Any,
+    embed_model: Any,
+    queries: int | None,
+    method: str | None,
+    progress: bool,
+) -> tuple[dict[str, Any], Settings]:
+    """Tune on the corpus without its labels; the report block (judged with the labels) and tuned settings."""
+    from ragidx.evaluation.tuning import judge_tuning
+    from ragidx.tuning.calibrate import DEFAULT_QUERIES, calibrate
+    from ragidx.tuning.candidates import candidate_configs
+    from ragidx.tuning.pseudo_queries import DEFAULT_METHOD
+    from ragidx.tuning.stored import apply_tuning
+    from ragidx.tuning.tuner import RetrievalTuner
+
+    configs = candidate_configs(settings)
+    result = calibrate(
+        settings,
+        chunk_store,
+        article_store,
+        embed_model,
+        queries=queries or DEFAULT_QUERIES,
+        method=method or DEFAULT_METHOD,  # type: ignore[arg-type]
+        progress=progress,
+        configs=configs,
+    )
+    tuner = RetrievalTuner(chunk_store, embed_model, settings, depth=max(c.candidate_chunks for c in configs))
+    block = judge_tuning(result, configs, tuner, dataset.queries, dataset.qrels, progress=progress)
+    return block, apply_tuning(settings, result.settings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,6 +440,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reranker", choices=["offline", "cohere", "cross-encoder", "none"], default=None)
     parser.add_argument("--alpha", type=float, default=None, help="hybrid_alpha (1.0 = vector only)")
     parser.add_argument("--quantize", action=argparse.BooleanOptionalAction, default=None, help="int8 embedding model")
+    tune = parser.add_argument_group("calibration (the tuned stage; labels unseen by the tuner)")
+    tune.add_argument("--no-tune", action="store_true", help="leave out the untuned and tuned stages")
+    tune.add_argument("--tune-queries", type=int, default=None, help="pseudo-queries (default 300)")
+    tune.add_argument(
+        "--tune-method",
+        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title"],
+        default=None,
+        help="how pseudo-queries are made (default held_out)",
+    )
     flash = parser.add_argument_group("flash stage (LLM reranker; slow on CPU)")
     flash.add_argument("--flash", action="store_true", help="add the flash rerank stage")
     flash.add_argument("--flash-model", default=None, help="model name (local: qwen2.5-0.5b, qwen2.5-1.5b)")
@@ -402,7 +485,17 @@ def main(argv: list[str] | None = None) -> int:
 
     embed_model = build_embed_model(settings)
     cache_dir = args.cache_dir or settings.data_dir / "eval-cache"
-    result = evaluate(dataset, settings, embed_model, cache_dir, depth=args.depth)
+    result = evaluate(
+        dataset,
+        settings,
+        embed_model,
+        cache_dir,
+        depth=args.depth,
+        tune=not args.no_tune,
+        tune_queries=args.tune_queries,
+        tune_method=args.tune_method,
+        progress=sys.stderr.isatty(),
+    )
     if args.flash:
         try:
             result["flash"] = _run_flash_stage(args, settings, dataset, embed_model, cache_dir)

@@ -174,8 +174,16 @@ class LocalEmbedding(BaseEmbedding):
         return self._encode(texts)
 
 
-def build_embed_model(settings: Settings) -> LocalEmbedding:
-    """The configured embedding model (not loaded until first use)."""
+def build_embed_model(settings: Settings) -> BaseEmbedding:
+    """The configured embedding model (not loaded until first use).
+
+    ``'use-multilingual'`` is the multilingual USE (:mod:`ragidx.providers.use_embedding`); anything else
+    is a sentence-transformers model run by ``LocalEmbedding``.
+    """
+    from ragidx.providers.use_embedding import USE_MULTILINGUAL, UseEmbedding
+
+    if settings.embed_model == USE_MULTILINGUAL:
+        return UseEmbedding(num_threads=settings.embed_threads)
     return LocalEmbedding(
         model_name=settings.embed_model,
         embed_batch_size=settings.embed_batch_size,

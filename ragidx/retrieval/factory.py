@@ -29,7 +29,13 @@ def build_chunk_reranker(settings: Settings) -> ChunkReranker | None:
     if settings.reranker == "offline":
         from ragidx.retrieval.offline_reranker import OfflineChunkReranker
 
-        return OfflineChunkReranker(top_n=settings.rerank_top_n)
+        return OfflineChunkReranker(
+            top_n=settings.rerank_top_n,
+            retrieval_weight=settings.rerank_retrieval_weight,
+            lexical_weight=settings.rerank_lexical_weight,
+            title_weight=settings.rerank_title_weight,
+            phrase_weight=settings.rerank_phrase_weight,
+        )
     if settings.reranker == "cohere":
         from ragidx.retrieval.cohere_reranker import CohereChunkReranker
 
@@ -105,6 +111,7 @@ def build_retriever(
         reranker=build_chunk_reranker(settings),
         mode="hybrid",
         alpha=settings.hybrid_alpha,
+        fusion=settings.hybrid_fusion,
         candidate_chunks=settings.candidate_chunks,
         rerank_top_n=settings.rerank_top_n,
         top_k=settings.top_k,

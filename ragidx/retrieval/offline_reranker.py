@@ -10,8 +10,10 @@ what a cross-encoder would notice and the first-stage search does not:
 - ``retrieval``: the search score the chunk came with (dense + keyword fusion).
 
 Each feature is min-max scaled over the candidates and the rerank score is their weighted sum, in
-[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball (English
-for Latin script, Russian for Cyrillic), so it works on both knowledge bases that ship with ragidx.
+[0, sum of weights]. Words are lower-cased, stop words dropped, and stemmed with Snowball in each
+chunk's language (its ``language`` metadata) and the query's (detected among the candidates' languages
+by ``ragidx.language``); see ``ragidx.terms`` for how a word's script picks the stemmer, so mixed English
+and Russian candidates are compared on the same stems.
 
 How much it adds depends on the corpus, measured with ``ragidx eval retrieval`` (nDCG@10 over
 hybrid search alone, 50 candidates): on HotpotQA (entity titles, keyword-heavy questions) +0.03; on
@@ -39,12 +41,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llama_index.core.bridge.pydantic import Field
-from llama_index.core.schema import MetadataMode, NodeWithScore
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
+from ragidx.language import detect_language
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.terms import terms
 
-__all__ = ["FEATURES", "CandidateFeatures", "OfflineChunkReranker", "candidate_features"]
+__all__ = [
+    "FEATURES",
+    "CandidateFeatures",
+    "ChunkTerms",
+    "OfflineChunkReranker",
+    "candidate_features",
+    "chunk_terms",
+    "node_language",
+    "pool_features",
+    "pool_language",
+]
 
 FEATURES = ("retrieval", "lexical", "title", "phrase")
 
@@ -63,6 +76,37 @@ class CandidateFeatures:
         return values
 
 
+@dataclass(frozen=True)
+class ChunkTerms:
+    """What the features read of one candidate, independent of the query and the pool: its term counts
+    (title + text), length, adjacent term pairs and title terms. A caller that scores the same chunk in
+    many pools (the tuner) makes it once per chunk."""
+
+    tf: Counter[str]
+    length: int
+    pairs: frozenset[tuple[str, str]]
+    title: frozenset[str]
+
+
+def chunk_terms(title: str, text: str, language: str | None = None) -> ChunkTerms:
+    """The :class:`ChunkTerms` of a chunk with this article title and text, stemmed in ``language``
+    (None: by script alone, see ``ragidx.terms``)."""
+    d = terms(f"{title}\n{text}", language=language)
+    title_terms = frozenset(terms(title, language=language))
+    return ChunkTerms(Counter(d), len(d), frozenset(zip(d, d[1:], strict=False)), title_terms)
+
+
+def node_language(node: BaseNode) -> str | None:
+    """A chunk's language (its ``language`` metadata), None when unknown."""
+    return str(node.metadata.get("language") or "") or None
+
+
+def pool_language(query: str, languages: Sequence[str | None]) -> str | None:
+    """The query's language, told among the languages of its candidate pool (one language: that one)."""
+    present = {lang for lang in languages if lang}
+    return detect_language(query, present) if len(present) > 1 else next(iter(present), None)
+
+
 def candidate_features(
     query: str,
     titles: Sequence[str],
@@ -71,31 +115,46 @@ def candidate_features(
     *,
     k1: float = 1.2,
     b: float = 0.75,
+    languages: Sequence[str | None] | None = None,
+    query_language: str | None = None,
 ) -> CandidateFeatures:
-    """The four features of each candidate (see the module docstring). Pure; inputs are not changed."""
-    q_terms = list(dict.fromkeys(terms(query)))
-    q_pairs = {(a, c) for a, c in zip(terms(query), terms(query)[1:], strict=False) if a != c}
-    title_terms = [set(terms(t)) for t in titles]
-    docs = [terms(f"{t}\n{x}") for t, x in zip(titles, texts, strict=True)]
+    """The four features of each candidate (see the module docstring). Pure; inputs are not changed.
+
+    ``languages`` (one per candidate) and ``query_language`` pick the stemmers (``ragidx.terms``);
+    None: by script alone.
+    """
+    langs = list(languages) if languages is not None else [None] * len(texts)
+    docs = [chunk_terms(t, x, lang) for t, x, lang in zip(titles, texts, langs, strict=True)]
+    return pool_features(query, docs, retrieval_scores, k1=k1, b=b, query_language=query_language)
+
+
+def pool_features(
+    query: str,
+    docs: Sequence[ChunkTerms],
+    retrieval_scores: Sequence[float | None],
+    *,
+    k1: float = 1.2,
+    b: float = 0.75,
+    query_language: str | None = None,
+) -> CandidateFeatures:
+    """``candidate_features`` from the candidates' :class:`ChunkTerms`; only the IDF and the average length
+    depend on the pool."""
+    q_seq = terms(query, language=query_language)
+    q_terms = list(dict.fromkeys(q_seq))
+    q_pairs = {(a, c) for a, c in zip(q_seq, q_seq[1:], strict=False) if a != c}
     n = len(docs)
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(set(d))
+    df = {t: sum(1 for d in docs if t in d.tf) for t in q_terms}
     # Pool IDF, +1 inside the log so a term in every candidate still counts a little (never < 0).
     idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in q_terms}
     q_weight = sum(idf.values()) or 1.0
-    avg_len = (sum(len(d) for d in docs) / n) if n else 1.0
+    avg_len = (sum(d.length for d in docs) / n) if n else 1.0
     lexical, title, phrase = [], [], []
-    for d, t_terms in zip(docs, title_terms, strict=True):
-        tf = Counter(d)
-        norm = k1 * (1.0 - b + b * len(d) / (avg_len or 1.0))
-        lexical.append(sum(idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in q_terms if tf[t]))
-        title.append(sum(idf[t] for t in q_terms if t in t_terms) / q_weight)
-        if q_pairs:
-            pairs = set(zip(d, d[1:], strict=False))
-            phrase.append(len(q_pairs & pairs) / len(q_pairs))
-        else:
-            phrase.append(0.0)
+    for d in docs:
+        tf = d.tf
+        norm = k1 * (1.0 - b + b * d.length / (avg_len or 1.0))
+        lexical.append(sum(idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in q_terms if t in tf))
+        title.append(sum(idf[t] for t in q_terms if t in d.title) / q_weight)
+        phrase.append(len(q_pairs & d.pairs) / len(q_pairs) if q_pairs else 0.0)
     retrieval = [0.0 if s is None or math.isnan(s) else float(s) for s in retrieval_scores]
     return CandidateFeatures(retrieval, lexical, title, phrase)
 
@@ -140,17 +199,32 @@ class OfflineChunkReranker(ChunkReranker):
         }
 
     def _score(self, query: str, nodes: Sequence[NodeWithScore]) -> list[tuple[int, float]]:
-        features = candidate_features(
+        return list(enumerate(self.combine(self.features(query, nodes))))
+
+    def features(self, query: str, nodes: Sequence[NodeWithScore]) -> CandidateFeatures:
+        """The raw features of each candidate chunk (the title from its metadata, its text, its score), stemmed
+        in each chunk's ``language`` metadata and the query's language detected among those."""
+        languages = [node_language(n.node) for n in nodes]
+        return candidate_features(
             query,
             [str(n.node.metadata.get("title") or "") for n in nodes],
             [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes],
             [n.score for n in nodes],
             k1=self.k1,
             b=self.b,
+            languages=languages,
+            query_language=pool_language(query, languages),
         )
-        total = [0.0] * len(nodes)
+
+    def combine(self, features: CandidateFeatures) -> list[float]:
+        """The rerank score of each candidate: the weighted sum of its min-max scaled features.
+
+        Split from ``_score`` so a caller that tries several weightings on one candidate pool (the tuner)
+        computes the features once.
+        """
+        total = [0.0] * len(features.retrieval)
         for name, weight in self.weights.items():
             if weight:
                 for i, value in enumerate(_min_max(features.get(name))):
                     total[i] += weight * value
-        return list(enumerate(total))
+        return total

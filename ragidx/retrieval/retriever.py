@@ -39,6 +39,7 @@ from llama_index.core.vector_stores.types import (
 
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
+from ragidx.stores.fusion import FUSIONS, Fusion
 
 __all__ = ["ArticleRetriever", "SearchMode", "article_nodes"]
 
@@ -63,6 +64,7 @@ class ArticleRetriever:
         reranker: chunk reranker, or None to rank by the search score alone.
         mode: ``"hybrid"`` (default), ``"dense"`` or ``"text"`` search.
         alpha: hybrid weight, 1.0 = vector only, 0.0 = keyword only.
+        fusion: how hybrid search fuses the two lists: ``"relative_score"`` or ``"rrf"`` (reciprocal rank).
         candidate_chunks: chunks fetched by search.
         rerank_top_n: chunks kept after reranking (raised to ``top_k`` when a call asks for more).
         top_k: articles returned when a call does not say.
@@ -87,6 +89,7 @@ class ArticleRetriever:
         reranker: BaseNodePostprocessor | None = None,
         mode: SearchMode = "hybrid",
         alpha: float = 0.5,
+        fusion: Fusion = "relative_score",
         candidate_chunks: int = 50,
         rerank_top_n: int = 30,
         top_k: int = 5,
@@ -99,6 +102,8 @@ class ArticleRetriever:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1] (1.0 = vector only), got {alpha}")
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
         for name, value in (
             ("candidate_chunks", candidate_chunks),
             ("rerank_top_n", rerank_top_n),
@@ -113,6 +118,7 @@ class ArticleRetriever:
         self.reranker = reranker
         self.mode: SearchMode = mode
         self.alpha = alpha
+        self.fusion: Fusion = fusion
         self.candidate_chunks = candidate_chunks
         self.rerank_top_n = rerank_top_n
         self.top_k = top_k
@@ -139,6 +145,8 @@ class ArticleRetriever:
                         vector_store_query_mode=_MODES[self.mode],
                         alpha=self.alpha if self.mode == "hybrid" else None,
                         filters=self.filters,
+                        # only stores that know the argument are told; relative score is every store's default
+                        vector_store_kwargs={"fusion": self.fusion} if self.fusion != "relative_score" else {},
                     )
         return self._chunk_retriever
 

@@ -51,6 +51,7 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    case,
     create_engine,
     event,
     func,
@@ -383,6 +384,29 @@ class ArticleStore:
         t = self.table
         stmt = select(t.c.kb_id).where(self._mine(), t.c.state == PENDING).order_by(t.c.kb_id)
         return self._read("reading the ledger", lambda conn: [r[0] for r in conn.execute(stmt)])
+
+    def indexed_ids(self, min_chunks: int = 0) -> list[str]:
+        """The kb_ids whose chunks (at least ``min_chunks``) are in the vector store, in kb_id order."""
+        t = self.table
+        stmt = (
+            select(t.c.kb_id)
+            .where(self._mine(), t.c.state == INDEXED, t.c.chunk_count >= min_chunks)
+            .order_by(t.c.kb_id)
+        )
+        return self._read("reading the ledger", lambda conn: [r[0] for r in conn.execute(stmt)])
+
+    def ledger_digest(self) -> dict[str, Any]:
+        """What changes whenever an ingest or delete changes the index: article and chunk counts and the
+        latest write (every write stamps ``updated_at``; a delete lowers the count). One aggregate query."""
+        t = self.table
+        stmt = select(
+            func.count(),
+            func.coalesce(func.sum(t.c.chunk_count), 0),
+            func.coalesce(func.sum(case((t.c.state == INDEXED, 1), else_=0)), 0),
+            func.max(t.c.updated_at),
+        ).where(self._mine())
+        count, chunks, indexed, last = self._read("reading the ledger", lambda conn: conn.execute(stmt).one())
+        return {"articles": int(count), "indexed": int(indexed), "chunks": int(chunks), "updated_at": last}
 
     def ids_for_source(self, source: str) -> list[str]:
         t = self.table

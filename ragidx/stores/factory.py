@@ -30,11 +30,7 @@ def build_weaviate_store(settings: Settings) -> Any:
     if not settings.weaviate_url:
         raise ValueError("store='weaviate' needs weaviate_url (RAGIDX_WEAVIATE_URL)")
     url = urlparse(settings.weaviate_url)
-    auth = (
-        weaviate.auth.AuthApiKey(settings.weaviate_api_key.get_secret_value())
-        if settings.weaviate_api_key
-        else None
-    )
+    auth = weaviate.auth.AuthApiKey(settings.weaviate_api_key.get_secret_value()) if settings.weaviate_api_key else None
     try:
         client = weaviate.connect_to_custom(
             http_host=url.hostname or "localhost",

@@ -5,11 +5,18 @@ hybrid query of every process and after every ``add``, ignores ``alpha``, return
 "scores", and puts unescaped values into SQL filters. This store keeps LlamaIndex's
 ``BasePydanticVectorStore`` contract and fixes those:
 
-- indexes are built once at ingest (``finalize``): full-text (LanceDB native), a scalar BTREE on
-  ``kb_id``, and an IVF_HNSW_SQ vector index once the table is large enough for one to pay;
+- indexes are built once at ingest (``finalize``): full-text, a scalar BTREE on ``kb_id``, and an
+  IVF_HNSW_SQ vector index once the table is large enough for one to pay;
+- the full text is language-aware: each chunk's title and text are reduced to search terms in the
+  chunk's language (``ragidx.terms``: Snowball stems per language, stop words dropped) into a ``terms``
+  column, indexed with a whitespace tokenizer; a query is reduced the same way in its own language
+  (detected among the languages the table holds, ``ragidx.language``), so one table can hold English,
+  Russian and German articles side by side. A table written by an older ragidx (no ``terms`` column, or
+  terms of an older ``TERMS_FORMAT``) is rebuilt by ``finalize``, which every ingest runs;
 - ``VectorStoreQueryMode.HYBRID`` fuses dense and full-text results by relative score fusion with
   ``alpha`` (1.0 = vector only, 0.0 = keyword only), the same formula Weaviate uses, so ``alpha``
-  means the same on both backends;
+  means the same on both backends; ``query(..., fusion="rrf")`` fuses by reciprocal rank instead
+  (Weaviate's ``rankedFusion``);
 - filters are translated with quoting and support ==, !=, <, >, <=, >=, in, nin and nested AND/OR.
 
 Example:
@@ -29,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -42,11 +50,15 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import Field, PrivateAttr
 
-from ragidx.stores.fusion import relative_score_fusion
+from ragidx.language import detect_language
+from ragidx.stores.fusion import FUSIONS, fuse
+from ragidx.terms import TERMS_FORMAT, terms
 
 logger = logging.getLogger(__name__)
 
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
+TERMS_COLUMN = "terms"
+TERMS_FORMAT_KEY = b"ragidx.terms_format"
 VECTOR_INDEX_MIN_ROWS = 20_000
 FINALIZE_ATTEMPTS = 5
 
@@ -66,7 +78,6 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     uri: str = Field(description="Folder of the LanceDB database.")
     table_name: str = Field(default="Articles", description="Table name.")
     dim: int | None = Field(default=None, description="Embedding size; learned from the first add.")
-    fts_language: str = Field(default="English", description="Stemmer language of the full-text index.")
     nprobes: int = Field(default=20, description="IVF partitions probed per query.")
     refine_factor: int | None = Field(default=5, description="Re-rank factor for the quantized index.")
     tenant: str | None = Field(
@@ -78,6 +89,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     _db: Any = PrivateAttr(default=None)
     _table: Any = PrivateAttr(default=None)
     _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
+    _languages: tuple[int, frozenset[str]] | None = PrivateAttr(default=None)
 
     def __init__(self, uri: str | Path, **kwargs: Any) -> None:
         super().__init__(uri=str(uri), **kwargs)
@@ -120,7 +132,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 pa.field("tenant", pa.string()),
                 pa.field("metadata_json", pa.string()),
                 pa.field("vector", pa.list_(pa.float32(), dim)),
-            ]
+                pa.field(TERMS_COLUMN, pa.string()),
+            ],
+            metadata={TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()},
         )
 
     def _tenant_sql(self) -> str | None:
@@ -143,6 +157,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                     self.table_name, data=rows, schema=self._schema(dim), mode="create"
                 )
             else:
+                if self._rebuild_terms(table):  # written by an older ragidx: give it the terms column first
+                    table = self._table
                 table.add(rows)
         return [r["id"] for r in rows]
 
@@ -210,21 +226,84 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         if table is None:
             return
         with self._lock:
+            if self._rebuild_terms(table):
+                table = self._table
             indices = {idx.name: idx for idx in table.list_indices()}
             columns_indexed = {tuple(idx.columns) for idx in indices.values()}
-            if ("text",) not in columns_indexed:
+            if (TERMS_COLUMN,) not in columns_indexed:
+                # The terms are stemmed already, per language: the index only splits them.
                 table.create_fts_index(
-                    "text", language=self.fts_language, stem=True, remove_stop_words=True, replace=True
+                    TERMS_COLUMN,
+                    base_tokenizer="whitespace",
+                    lower_case=False,
+                    stem=False,
+                    remove_stop_words=False,
+                    ascii_folding=False,
+                    replace=True,
                 )
             if ("kb_id",) not in columns_indexed:
                 table.create_scalar_index("kb_id", index_type="BTREE")
             rows = table.count_rows()
             if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
-                table.create_index(
-                    metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True
-                )
+                table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
             # Merge new rows into the indexes and compact small fragments.
             table.optimize()
+
+    def _rebuild_terms(self, table: Any) -> bool:
+        """Rewrite a table whose ``terms`` are missing or of an older ``TERMS_FORMAT``; True if it did.
+
+        Vectors are kept, so nothing is embedded again; the indexes are rebuilt by the caller.
+        """
+        schema = table.schema
+        if TERMS_COLUMN in schema.names and (schema.metadata or {}).get(TERMS_FORMAT_KEY) == str(TERMS_FORMAT).encode():
+            return False
+        data = table.to_arrow()
+        logger.warning(
+            "table %r holds full-text terms of an older format: re-indexing the terms of %d chunks (vectors kept)",
+            self.table_name,
+            data.num_rows,
+        )
+        if TERMS_COLUMN in data.column_names:
+            data = data.drop_columns([TERMS_COLUMN])
+        values = [
+            chunk_terms(title, text, language)
+            for title, text, language in zip(
+                data.column("title").to_pylist(),
+                data.column("text").to_pylist(),
+                data.column("language").to_pylist(),
+                strict=True,
+            )
+        ]
+        data = data.append_column(pa.field(TERMS_COLUMN, pa.string()), pa.array(values, pa.string()))
+        data = data.replace_schema_metadata(
+            {**(data.schema.metadata or {}), TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()}
+        )
+        self._table = self._connect().create_table(self.table_name, data=data, mode="overwrite")
+        self._languages = None
+        return True
+
+    def languages(self) -> frozenset[str]:
+        """The languages of the chunks in the table (their ``language`` values), read once per table version."""
+        table = self._open()
+        if table is None:
+            return frozenset()
+        version = int(table.version)
+        cached = self._languages
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        column = table.to_lance().to_table(columns=["language"]).column("language")
+        found = frozenset(v for v in pa.compute.unique(column).to_pylist() if v)
+        self._languages = (version, found)
+        return found
+
+    def query_terms(self, text: str) -> str:
+        """The query as the ``terms`` column holds text: stems in the query's language, space-separated.
+
+        The language is the table's when it holds one, else detected among the table's languages.
+        """
+        languages = self.languages()
+        language = detect_language(text, languages) if len(languages) > 1 else next(iter(languages), None)
+        return " ".join(terms(text, language=language))
 
     # --- reads -----------------------------------------------------------------------------------
     def get_nodes(
@@ -246,6 +325,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         return [self._row_to_node(r) for r in rows]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Dense, full-text or hybrid search; ``fusion="rrf"`` (a keyword argument, e.g. the retriever's
+        ``vector_store_kwargs``) fuses hybrid results by reciprocal rank instead of relative score."""
+        fusion = kwargs.get("fusion") or "relative_score"
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {fusion!r}: use {' or '.join(FUSIONS)}")
         table = self._open()
         if table is None or table.count_rows() == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
@@ -264,10 +348,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             dense_rows, dense_scores = self._dense(table, query, k, where)
             text_rows, text_scores = self._fts(table, query.query_str, sparse_k, where)
             by_id = {r["id"]: r for r in dense_rows + text_rows}
-            fused = relative_score_fusion(
+            fused = fuse(
                 dict(zip([r["id"] for r in dense_rows], dense_scores, strict=True)),
                 dict(zip([r["id"] for r in text_rows], text_scores, strict=True)),
                 alpha=alpha,
+                method=fusion,
             )
             top = fused[: query.similarity_top_k]
             rows = [by_id[i] for i, _ in top]
@@ -299,7 +384,10 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     def _fts(self, table: Any, text: str, k: int, where: str | None) -> tuple[list[dict[str, Any]], list[float]]:
         from lancedb.query import MatchQuery
 
-        match = MatchQuery(text, "text")  # type: ignore[call-arg]  # a pydantic dataclass with defaults
+        query_terms = self.query_terms(text)
+        if not query_terms:  # only stop words: nothing to match
+            return [], []
+        match = MatchQuery(query_terms, TERMS_COLUMN)  # type: ignore[call-arg]  # a pydantic dataclass with defaults
         search = table.search(match, query_type="fts").select(list(COLUMNS)).limit(k)
         if where:
             search = search.where(where, prefilter=True)
@@ -329,6 +417,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             "tenant": str(meta.get("tenant") or ""),
             "metadata_json": json.dumps(meta, ensure_ascii=False),
             "vector": [float(x) for x in embedding],
+            TERMS_COLUMN: chunk_terms(str(meta.get("title", "")), node.get_content(), meta.get("language")),
         }
 
     @staticmethod
@@ -337,6 +426,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         node = TextNode(id_=row["id"], text=row["text"], metadata=meta)
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=row["kb_id"])
         return node
+
+
+def chunk_terms(title: str | None, text: str | None, language: str | None) -> str:
+    """What the ``terms`` column holds for a chunk: the search terms of its title and text, space-separated."""
+    return " ".join(terms(f"{title or ''}\n{text or ''}", language=language or None))
 
 
 # --- SQL filters ---------------------------------------------------------------------------------
@@ -379,9 +473,7 @@ def filters_to_sql(filters: MetadataFilters) -> str:
 
 def _filter_to_sql(f: MetadataFilter) -> str:
     if f.key not in FILTERABLE_COLUMNS:
-        raise ValueError(
-            f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}"
-        )
+        raise ValueError(f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}")
     if f.operator in _SQL_OPS:
         return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
     if f.operator in (FilterOperator.IN, FilterOperator.NIN):

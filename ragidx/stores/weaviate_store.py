@@ -3,9 +3,16 @@
 Fixes over the integration as shipped (1.7.x):
 
 - ``alpha=0.0`` (keyword only) is honoured; the integration turns it into 0.5 (``alpha or 0.5``);
+- ``query(..., fusion="rrf")`` asks for ranked fusion, otherwise relative score fusion;
 - a tenant is a property filter on every query and delete (the integration has no tenants);
 - ``delete_articles`` removes the chunks of many articles in one ``delete_many``;
-- ``finalize`` is a no-op (Weaviate indexes as it writes), so ingestion has one code path.
+- ``finalize`` is a no-op (Weaviate indexes as it writes), so ingestion has one code path;
+- keyword search is language-aware, as on LanceDB: each chunk gets a ``search_terms`` property (its
+  title and text as ``ragidx.terms`` stems in the chunk's language, space-separated), and BM25 runs on
+  that property alone with the query stemmed in its own language (detected among the collection's
+  languages). The property's default ``word`` tokenization splits the stems on spaces and changes
+  nothing else (they are lower-case already). A collection written before this has no such property:
+  re-ingest it into a new collection.
 
 Example:
     >>> import weaviate                                                   # doctest: +SKIP
@@ -19,11 +26,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import weaviate.classes as wvc
+from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 from llama_index.vector_stores.weaviate import WeaviateVectorStore
+from llama_index.vector_stores.weaviate.utils import get_data_object
 from pydantic import PrivateAttr
 
+from ragidx.language import detect_language
+from ragidx.stores.lancedb_store import chunk_terms
+from ragidx.terms import terms
+
 DEFAULT_ALPHA = 0.5
+TERMS_PROPERTY = "search_terms"
 
 
 class WeaviateChunkStore(WeaviateVectorStore):
@@ -36,6 +50,7 @@ class WeaviateChunkStore(WeaviateVectorStore):
     """
 
     _tenant: str | None = PrivateAttr(default=None)
+    _languages: frozenset[str] | None = PrivateAttr(default=None)
 
     def __init__(self, *args: Any, tenant: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,10 +78,16 @@ class WeaviateChunkStore(WeaviateVectorStore):
     def get_query_parameters(
         self, query: VectorStoreQuery, property_types: dict[str, Any] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        fusion = kwargs.pop("fusion", None)  # ours, not a query.hybrid argument
         params: dict[str, Any] = super().get_query_parameters(query, property_types=property_types, **kwargs)
+        if query.query_str:
+            params["query"] = self.query_terms(query.query_str)
+            params["query_properties"] = [TERMS_PROPERTY]
         if query.mode == VectorStoreQueryMode.HYBRID and query.query_str:
             params["alpha"] = DEFAULT_ALPHA if query.alpha is None else query.alpha
-            params["fusion_type"] = wvc.query.HybridFusion.RELATIVE_SCORE
+            params["fusion_type"] = (
+                wvc.query.HybridFusion.RANKED if fusion == "rrf" else wvc.query.HybridFusion.RELATIVE_SCORE
+            )
         elif query.mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.SPARSE):
             params["alpha"] = 0.0
         else:
@@ -75,6 +96,47 @@ class WeaviateChunkStore(WeaviateVectorStore):
             params["limit"] = max(query.similarity_top_k, query.hybrid_top_k)
         params["filters"] = self._and_tenant(params.get("filters"))
         return params
+
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
+        """Write the chunks with their vectors and a ``search_terms`` property (see the module docstring)."""
+        batch_writer = self._custom_batch or self.client.batch.dynamic()
+        with batch_writer as batch:
+            for node in nodes:
+                data_object: Any = get_data_object(node=node, text_key=self.text_key)  # a DataObject (mistyped)
+                meta = node.metadata
+                properties = {
+                    **data_object.properties,
+                    TERMS_PROPERTY: chunk_terms(
+                        str(meta.get("title") or ""), node.get_content(), meta.get("language") or None
+                    ),
+                }
+                batch.add_object(
+                    collection=self.index_name,
+                    properties=properties,
+                    uuid=data_object.uuid,
+                    vector=data_object.vector,
+                )
+        self._languages = None
+        return [n.node_id for n in nodes]
+
+    def languages(self) -> frozenset[str]:
+        """The chunks' ``language`` values in the collection, asked once per store (and after each add)."""
+        if self._languages is None:
+            collection = self.client.collections.get(self.index_name)
+            result = collection.aggregate.over_all(
+                group_by=wvc.aggregate.GroupByAggregate(prop="language"), filters=self._tenant_filter()
+            )
+            groups = getattr(result, "groups", None) or []
+            self._languages = frozenset(
+                str(g.grouped_by.value) for g in groups if isinstance(getattr(g.grouped_by, "value", None), str)
+            ) - {""}
+        return self._languages
+
+    def query_terms(self, text: str) -> str:
+        """The query as ``search_terms`` hold text: stems in its language (see ``LanceDBChunkStore.query_terms``)."""
+        languages = self.languages()
+        language = detect_language(text, languages) if len(languages) > 1 else next(iter(languages), None)
+        return " ".join(terms(text, language=language))
 
     def delete_articles(self, kb_ids: Sequence[str]) -> None:
         """Delete every chunk of these articles (within the tenant) in one request."""

@@ -197,7 +197,15 @@ def test_evaluation_page_plots_every_stage(dashboard_env: Path, beir_folder: Pat
     at.button(key="run_eval").click().run()
     assert not at.exception and not at.error, at.error
     table = at.dataframe[0].value
-    assert list(table["stage"]) == ["dense", "hybrid", "hybrid+rerank", "full_chain"]
+    assert list(table["stage"]) == [
+        "dense",
+        "bm25",
+        "hybrid",
+        "hybrid+rerank",
+        "full_chain",
+        "untuned",
+        "tuned",
+    ]
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10", "p50_ms", "p95_ms"} <= set(table.columns)
     assert table["recall@10"].max() > 0  # the titles find their own articles
     quality, latency = charts(at)

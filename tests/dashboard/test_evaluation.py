@@ -23,7 +23,8 @@ def test_run_retrieval_eval_on_a_beir_folder(tmp_path: Path, beir_folder: Path) 
     with make_engine(Settings(data_dir=tmp_path / "data", reranker="offline")) as engine:
         result = run_retrieval_eval(engine, f"  {beir_folder}  ", limit=2, depth=10)
     assert result["queries"] == 2 and result["articles"] == 26 and result["reranker"] != "none"
-    assert set(result["stages"]) == {"dense", "hybrid", "hybrid+rerank", "full_chain"}
+    stages = {"dense", "bm25", "hybrid", "hybrid+rerank", "full_chain", "untuned", "tuned"}
+    assert set(result["stages"]) == stages
     assert (tmp_path / "data" / "eval-cache").is_dir()
 
 

@@ -9,6 +9,7 @@ import pytest
 from ragidx.config import Settings
 from ragidx.evaluation.retrieval import (
     STAGES,
+    TUNED_STAGES,
     corpus_key,
     evaluate,
     load_beir,
@@ -85,7 +86,12 @@ def test_evaluate_reports_every_stage_and_reuses_the_index(tmp_path: Path) -> No
     embed = HashEmbedding(dim=256)
     settings = Settings(chunk_tokens=64, chunk_overlap_tokens=8, top_k=3)
     result = evaluate(ds, settings, embed, tmp_path / "cache", depth=10)
-    assert set(result["stages"]) == set(STAGES)
+    assert set(result["stages"]) == {*STAGES, *TUNED_STAGES}
+    tuning = result["tuning"]
+    assert tuning["pseudo_queries"] == len(KB)  # one per article, at most
+    assert tuning["picked"] in [c["config"] for c in tuning["candidates"]]
+    assert {"pseudo_ndcg@10", "ndcg@10"} <= set(tuning["candidates"][0]) and -1.0 <= tuning["spearman"] <= 1.0
+    assert tuning["picked_ndcg@10"] <= tuning["best_ndcg@10"] and tuning["regret"] >= 0.0
     for stage in result["stages"].values():
         assert set(stage) == {"ndcg@10", "recall@10", "recall@100", "mrr@10", "p50_ms", "p95_ms"}
         assert 0.0 <= stage["ndcg@10"] <= 1.0 and stage["p95_ms"] >= stage["p50_ms"] >= 0.0
@@ -96,6 +102,14 @@ def test_evaluate_reports_every_stage_and_reuses_the_index(tmp_path: Path) -> No
     embedded = embed.calls
     evaluate(ds, settings, embed, tmp_path / "cache", depth=10)
     assert embed.calls == embedded, "the second run must reuse the cached index, not re-embed the corpus"
+
+
+def test_no_tune_leaves_the_calibration_out(tmp_path: Path) -> None:
+    ds = load_beir(write_beir(tmp_path / "beir"))
+    result = evaluate(
+        ds, Settings(chunk_tokens=64, chunk_overlap_tokens=8), HashEmbedding(dim=256), tmp_path / "c", tune=False
+    )
+    assert set(result["stages"]) == set(STAGES) and "tuning" not in result
 
 
 def test_depth_below_ten_is_refused(tmp_path: Path) -> None:

@@ -341,3 +341,20 @@ def test_a_dropped_database_connection_mid_ingest_is_a_clear_error_and_the_rerun
     assert (report.recovered, report.unchanged, report.new) == (4, 8, 4)
     make_ingestor(tmp_path / "clean").ingest(corpus(12), source="gen")
     assert chunk_rows(tmp_path) == chunk_rows(tmp_path / "clean")
+
+
+def test_each_chunk_carries_its_articles_language_given_defaulted_or_detected(tmp_path: Path) -> None:
+    articles = [
+        Article("given", "Tables", "u/1", "Insert a table from the Table menu.", language="ru-RU"),
+        Article("en", "Tables", "u/2", "Insert a table from the Table menu of the text document."),
+        Article("ru", "Таблицы", "u/3", "Вставка таблицы в текстовый документ из меню «Таблица»."),
+    ]
+    store = LanceDBChunkStore(uri=tmp_path / "db")
+    Ingestor(store, ArticleStore(tmp_path / "a.sqlite"), HashEmbedding(dim=16)).ingest(articles)
+    assert {n.metadata["kb_id"]: n.metadata["language"] for n in store.get_nodes()} == {
+        "given": "ru",  # the input's lang wins, reduced to its ISO 639-1 part
+        "en": "en",
+        "ru": "ru",
+    }
+    ing = Ingestor(store, ArticleStore(tmp_path / "b.sqlite"), HashEmbedding(dim=16), default_language="de")
+    assert ing.language_of(articles[2]) == "de" and ing.language_of(articles[0]) == "ru"

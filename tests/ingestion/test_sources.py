@@ -17,9 +17,7 @@ def write_lines(path: Path, lines: list[bytes]) -> Path:
 
 
 def good(i: int, **extra: object) -> bytes:
-    return json.dumps(
-        {"id": f"k{i}", "title": f"T{i}", "url": f"u{i}", "text": f"text {i}", **extra}
-    ).encode()
+    return json.dumps({"id": f"k{i}", "title": f"T{i}", "url": f"u{i}", "text": f"text {i}", **extra}).encode()
 
 
 def test_jsonl_reads_articles_with_language_and_source(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from llama_index.core.schema import NodeWithScore
 
 from ragidx.article import RERANK_SCORE
 from ragidx.retrieval.chunk_reranker import RETRIEVAL_SCORE
@@ -22,6 +23,32 @@ def test_title_match_lifts_a_chunk_the_search_ranked_lower() -> None:
     ]
     out = OfflineChunkReranker().postprocess_nodes(nodes, query_str="insert a table")
     assert out[0].node.node_id == "b#0"
+
+
+def with_language(node: NodeWithScore, language: str) -> NodeWithScore:
+    meta = {**node.node.metadata, "language": language}
+    return NodeWithScore(node=node.node.model_copy(update={"metadata": meta}), score=node.score)
+
+
+def test_candidates_and_query_are_stemmed_in_their_own_language() -> None:
+    # English Snowball makes "tabell" of "Tabelle" but leaves "tabellen" whole; German reduces both to "tabell".
+    nodes = [
+        with_language(chunk("en", 0, 0.50, text="Tables are inserted from the menu.", title="Words"), "en"),
+        with_language(chunk("de", 0, 0.45, text="Die Tabellen wurden eingefügt.", title="Dokumente"), "de"),
+    ]
+    query = "Tabelle einfügen"
+    out = OfflineChunkReranker(retrieval_weight=0.1, title_weight=0.0).postprocess_nodes(nodes, query_str=query)
+    assert out[0].node.node_id == "de#0"
+    plain = candidate_features(query, ["Words", "Dokumente"], [n.node.get_content() for n in nodes], [0.5, 0.45])
+    german = candidate_features(
+        query,
+        ["Words", "Dokumente"],
+        [n.node.get_content() for n in nodes],
+        [0.5, 0.45],
+        languages=["en", "de"],
+        query_language="de",
+    )
+    assert german.lexical[1] > 0.0 == plain.lexical[1]
 
 
 def test_exact_phrase_beats_scattered_words() -> None:

@@ -247,3 +247,12 @@ def test_a_claim_whose_connection_drops_writes_nothing_and_frees_the_articles(
     started = time.perf_counter()
     with ArticleStore(pg_url).claim(["a"]):  # the server ended the lost claim's locks
         assert time.perf_counter() - started < 1.0
+
+
+def test_indexed_ids_and_the_ledger_digest(tmp_path: Path) -> None:
+    store = ArticleStore(tmp_path / "a.sqlite")
+    store.save_pending([Article("a", "A", "", "x"), Article("b", "B", "", "y"), Article("c", "C", "", "z")])
+    store.mark_indexed({"a": 1, "b": 3})
+    assert store.indexed_ids() == ["a", "b"] and store.indexed_ids(min_chunks=2) == ["b"]
+    digest = store.ledger_digest()
+    assert (digest["articles"], digest["indexed"], digest["chunks"]) == (3, 2, 4) and digest["updated_at"] > 0

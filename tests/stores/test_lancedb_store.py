@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from ingestion.pipeline import chunk_id
+from ingestion.pipeline import Ingestor, chunk_id
+from ragidx.article import Article
+from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.lancedb_store import LanceDBChunkStore, filters_to_sql, sql_literal
 from tests.fakes.hash_embedding import HashEmbedding
 
@@ -108,7 +111,7 @@ def test_delete_articles_and_reopen_from_disk(store: LanceDBChunkStore, tmp_path
 def test_finalize_builds_text_and_kb_id_indexes_once(store: LanceDBChunkStore) -> None:
     table = store._open()
     columns = {tuple(i.columns) for i in table.list_indices()}
-    assert {("text",), ("kb_id",)} <= columns
+    assert {("terms",), ("kb_id",)} <= columns
     store.finalize()  # idempotent
     assert len(table.list_indices()) == len(columns)
 
@@ -117,3 +120,67 @@ def test_empty_store_answers_empty(tmp_path: Path) -> None:
     s = LanceDBChunkStore(uri=tmp_path / "empty")
     assert s.query(query("x", VectorStoreQueryMode.HYBRID)).nodes == []
     assert s.count() == 0 and s.kb_ids() == set()
+
+
+MIXED_KB = [
+    Article("ru-tables", "Таблицы", "u/1", "Вставка таблицы в текстовый документ. Таблицу можно вставить из меню."),
+    Article("ru-pages", "Номера страниц", "u/2", "Номера страниц добавляются в нижний колонтитул документа."),
+    Article("en-tables", "Tables", "u/3", "Insert a table in a text document from the Table menu."),
+    Article("en-pages", "Page numbers", "u/4", "Page numbers are added to the footer of a document."),
+    Article("de-tables", "Tabellen", "u/5", "Eine Tabelle in ein Textdokument einfügen: Menü Tabelle."),
+]
+
+
+@pytest.fixture()
+def mixed(tmp_path: Path) -> LanceDBChunkStore:
+    """A KB of English, Russian and German articles without ``lang``: ingestion detects each one's language."""
+    store = LanceDBChunkStore(uri=tmp_path / "mixed")
+    Ingestor(store, ArticleStore(tmp_path / "a.sqlite"), EMB, chunk_tokens=64, chunk_overlap=8).ingest(MIXED_KB)
+    return store
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("таблицами", "ru-tables"),  # an inflected form that occurs in no article
+        ("колонтитулах", "ru-pages"),
+        ("нижних колонтитулов страниц", "ru-pages"),
+        ("inserting tables", "en-tables"),
+        ("footers", "en-pages"),
+        ("Tabellen einfügen", "de-tables"),
+    ],
+)
+def test_a_mixed_kb_finds_inflected_forms_in_each_language_through_full_text(
+    mixed: LanceDBChunkStore, text: str, expected: str
+) -> None:
+    assert mixed.languages() == {"en", "ru", "de"}
+    assert kb_ids(mixed.query(query(text, VectorStoreQueryMode.TEXT_SEARCH)))[0] == expected
+
+
+def test_a_query_of_stop_words_matches_nothing_and_hybrid_falls_back_to_dense(mixed: LanceDBChunkStore) -> None:
+    assert mixed.query(query("как и в the", VectorStoreQueryMode.TEXT_SEARCH)).nodes == []
+    assert len(mixed.query(query("как и в the", VectorStoreQueryMode.HYBRID)).nodes) == 3
+
+
+def test_a_table_of_an_older_format_gets_its_terms_at_the_next_ingest(tmp_path: Path) -> None:
+    import lancedb
+    import pyarrow as pa
+
+    old = LanceDBChunkStore(uri=tmp_path / "old")
+    rows = [
+        old._node_to_row(node(k, t, language="ru" if k == "ru" else ""))
+        for k, t in {"ru": "Вставка таблицы в документ.", "tables": TEXTS["tables"]}.items()
+    ]
+    for row in rows:
+        del row["terms"]
+    schema = pa.schema([f for f in old._schema(64) if f.name != "terms"])  # as ragidx wrote it before
+    lancedb.connect(str(tmp_path / "old")).create_table("Articles", data=rows, schema=schema)
+    store = LanceDBChunkStore(uri=tmp_path / "old")
+    with pytest.raises(RuntimeError, match=re.escape("run ingestion to completion (it builds the index)")):
+        store.query(query("таблицами", VectorStoreQueryMode.TEXT_SEARCH))
+    store.add([node("pdf", TEXTS["pdf"])])  # the next ingest writes and finalizes
+    store.finalize()
+    assert store.count() == 3
+    assert kb_ids(store.query(query("таблицами", VectorStoreQueryMode.TEXT_SEARCH)))[0] == "ru"
+    assert kb_ids(store.query(query("exporting", VectorStoreQueryMode.TEXT_SEARCH)))[0] == "pdf"
+    assert {tuple(i.columns) for i in store._open().list_indices()} >= {("terms",), ("kb_id",)}

