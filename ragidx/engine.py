@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.async_utils import asyncio_run
 
@@ -31,6 +31,10 @@ from ragidx.providers.embeddings import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
+
+if TYPE_CHECKING:
+    from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
+    from ragidx.providers.tokenizer import TokenCounter
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +386,9 @@ class Engine:
 
         return BudgetedLLM(llm, self._context_budget(TokenCounter(tokenizer or "cl100k_base")))
 
-    def _context_budget(self, tokens: Any, *, compressor: Any = None, cap: Any = None) -> Any:
+    def _context_budget(
+        self, tokens: TokenCounter, *, compressor: ArticleCompressor | None = None, cap: RetrievalCap | None = None
+    ) -> ContextBudget:
         """The context budget these settings describe (budget_* values, the fallback model's window, top_k)."""
         from ragidx.budget import ContextBudget
 
