@@ -335,6 +335,10 @@ def score_outcome(question: Question, outcome: Outcome, article_texts: Mapping[s
         shown.append(entry)
     shown_ids = {a.get("kb_id") for a in shown}
     gold_shown = [k for k in question.gold_kb_ids if k in shown_ids]
+    # an article shown (in whatever form) whose full text holds an answer: then compression lost it, not retrieval
+    answer_shown = bool(span_answers) and any(
+        contains_answer(article_texts.get(str(k), ""), span_answers) for k in shown_ids
+    )
     contained = contains_answer(outcome.text, question.answers) if question.answerable else None
     row: dict[str, Any] = {
         "id": question.id,
@@ -352,16 +356,25 @@ def score_outcome(question: Question, outcome: Outcome, article_texts: Mapping[s
         "citation_recall": recall,
         "gold_shown": gold_shown,
         "answer_in_prompt": in_prompt if question.answerable else None,
-        "miss": _miss(question, outcome, contained, gold_shown, in_prompt),
+        "miss": _miss(question, outcome, contained, gold_shown, in_prompt, answer_shown),
         **outcome.extra,
     }
     return row
 
 
 def _miss(
-    question: Question, outcome: Outcome, contained: bool | None, gold_shown: list[str], in_prompt: bool | None
+    question: Question,
+    outcome: Outcome,
+    contained: bool | None,
+    gold_shown: list[str],
+    in_prompt: bool | None,
+    answer_shown: bool = False,
 ) -> str | None:
-    """Where a wrong answer to an answerable question was lost, read from what the model was shown."""
+    """Where a wrong answer to an answerable question was lost, read from what the model was shown.
+
+    ``compression`` when every gold article was shown, or when any shown article's full text holds an answer
+    (a compound question's second gold article may be missing while the one with the answer was cut).
+    """
     if not question.answerable or contained:
         return None
     if outcome.error:
@@ -371,7 +384,7 @@ def _miss(
     all_gold = bool(question.gold_kb_ids) and len(gold_shown) == len(question.gold_kb_ids)
     if in_prompt is None:  # nothing to look for in the text (yes/no): judge by the gold articles alone
         return "model" if all_gold or not question.gold_kb_ids else "retrieval"
-    return "compression" if all_gold else "retrieval"
+    return "compression" if all_gold or answer_shown else "retrieval"
 
 
 def run_questions(
@@ -385,7 +398,8 @@ def run_questions(
 ) -> list[dict[str, Any]]:
     """Ask every question, score it, and write its row to ``out`` (JSONL) as soon as it is scored.
 
-    ``article_texts(kb_ids)`` gives the full texts of cited articles (to judge a citation by its content).
+    ``article_texts(kb_ids)`` gives the full texts of the cited and shown articles (to judge a citation by its
+    content, and whether a shown article held an answer before it was compressed).
     """
     from tqdm.auto import tqdm
 
@@ -395,7 +409,8 @@ def run_questions(
         bar = tqdm(questions, desc=label, unit="q", disable=not progress, file=sys.stderr)
         for question in bar:
             outcome = ask(question)
-            texts = article_texts(outcome.cited) if outcome.cited else {}
+            wanted = list(dict.fromkeys([*outcome.cited, *(str(a.get("kb_id")) for a in outcome.shown)]))
+            texts = article_texts(wanted) if wanted else {}
             row = score_outcome(question, outcome, texts)
             rows.append(row)
             if sink is not None:

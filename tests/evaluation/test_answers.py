@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ragidx.evaluation.answers import (
     load_hotpotqa,
     load_questions,
     normalize_answer,
+    run_questions,
     says_not_found,
     score_outcome,
     spread,
@@ -162,6 +163,27 @@ def test_a_wrong_answer_says_where_it_was_lost(
     assert (row["miss"], row["answer_in_prompt"]) == (miss, in_prompt)
     assert all("content" not in a for a in row["shown"])  # checked, not stored
     assert [a["holds_answer"] for a in row["shown"]] == [in_prompt]
+
+
+def test_a_compound_question_whose_cut_article_held_the_answer_is_a_compression_miss() -> None:
+    """Two gold articles, one not retrieved; the shown one held the answer in full but not in its extract."""
+    q = Question("q", "See backends, and kill one?", ("pg_terminate_backend",), ("stats", "admin"))
+    shown = [{"kb_id": "admin", "content": "Server signaling functions. (cut)"}]
+    full = {"admin": "Server signaling functions: pg_terminate_backend(pid) ends a session."}
+    assert score_outcome(q, Outcome("NOT_FOUND", shown=shown), full)["miss"] == "compression"
+    assert score_outcome(q, Outcome("NOT_FOUND", shown=shown), {})["miss"] == "retrieval"  # nothing known of it
+
+
+def test_run_questions_reads_the_full_text_of_shown_and_cited_articles() -> None:
+    asked: list[list[str]] = []
+
+    def texts(ids: Sequence[str]) -> dict[str, str]:
+        asked.append(list(ids))
+        return {}
+
+    outcome = Outcome("It is 4MB [1].", cited=["b"], shown=[{"kb_id": "a"}, {"kb_id": "b"}])
+    run_questions([Question("q", "?", ("4MB",))], lambda _: outcome, texts)
+    assert asked == [["b", "a"]]
 
 
 def test_where_yes_no_and_failed_answers_were_lost() -> None:
