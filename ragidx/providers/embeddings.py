@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,7 +147,9 @@ class LocalEmbedding(BaseEmbedding):
         if self.quantize:
             from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-            model = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+            with warnings.catch_warnings():  # torch 2.13 announces its quantized tensors' deprecation on every load
+                warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor", category=UserWarning)
+                model = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
         return model
 
     def _encode(self, texts: list[str]) -> list[Embedding]:
