@@ -66,7 +66,27 @@ EmbedBackend = Literal["onnx", "torch"]
 DEFAULT_EMBED_BACKEND: EmbedBackend = "onnx"
 
 
-class LocalEmbedding(BaseEmbedding):
+class EncoderEmbedding(BaseEmbedding):
+    """A ``BaseEmbedding`` over one in-process batch encoder: a subclass implements ``_encode`` (texts →
+    normalized vectors); queries and texts are embedded alike, and the async call runs it inline."""
+
+    def _encode(self, texts: list[str]) -> list[Embedding]:
+        raise NotImplementedError
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._encode([query])[0]
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._encode([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._encode(texts)
+
+
+class LocalEmbedding(EncoderEmbedding):
     """Sentence-transformers embeddings run in-process on the CPU (onnxruntime or torch).
 
     Example:
@@ -163,18 +183,6 @@ class LocalEmbedding(BaseEmbedding):
             show_progress_bar=False,
         )
         return [v.tolist() for v in vectors]
-
-    def _get_query_embedding(self, query: str) -> Embedding:
-        return self._encode([query])[0]
-
-    async def _aget_query_embedding(self, query: str) -> Embedding:
-        return self._get_query_embedding(query)
-
-    def _get_text_embedding(self, text: str) -> Embedding:
-        return self._encode([text])[0]
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return self._encode(texts)
 
 
 def build_embed_model(settings: Settings) -> BaseEmbedding:

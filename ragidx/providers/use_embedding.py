@@ -27,8 +27,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from llama_index.core.base.embeddings.base import Embedding
 from pydantic import Field, PrivateAttr
+
+from ragidx.providers.embeddings import EncoderEmbedding
 
 __all__ = ["USE_MULTILINGUAL", "UseEmbedding", "use_model_path"]
 
@@ -50,7 +52,7 @@ def use_model_path() -> Path:
     raise RuntimeError(f"embed_model={USE_MULTILINGUAL!r} needs the USE model shipped in nanoranker: {_INSTALL}")
 
 
-class UseEmbedding(BaseEmbedding):
+class UseEmbedding(EncoderEmbedding):
     """Universal Sentence Encoder multilingual v3 (512 dims) on onnxruntime, L2-normalized.
 
     Example:
@@ -115,15 +117,3 @@ class UseEmbedding(BaseEmbedding):
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             out.extend(v.tolist() for v in vectors)
         return out
-
-    def _get_query_embedding(self, query: str) -> Embedding:
-        return self._encode([query])[0]
-
-    async def _aget_query_embedding(self, query: str) -> Embedding:
-        return self._get_query_embedding(query)
-
-    def _get_text_embedding(self, text: str) -> Embedding:
-        return self._encode([text])[0]
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return self._encode(texts)
