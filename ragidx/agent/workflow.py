@@ -732,12 +732,20 @@ def _source_lines(sources: Sequence[Article]) -> str:
     return "\n".join(f"[{i}] {prompt_title(a.title or a.kb_id)}" for i, a in enumerate(sources, start=1))
 
 
+# A list item of an echoed source list: "[1] Tables", "[2] [Retrieved Context]", "Sources:".
+_LIST_MARKERS = re.compile(r"^(?:[-*]\s*)?(?:\[\d+\]\s*)+")
+_PLACEHOLDER = re.compile(r"^(?:\[[^\]]*\]|\(?[^\w\s]*\)?|sources?:?)$", re.I)
+
+
 def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
-    """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts"): a small model's way of having
-    nothing to say about an off-topic question."""
-    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))) for a in sources}
-    lines = [re.sub(r"^\[\d+\]\s*", "", line.strip()) for line in text.splitlines() if line.strip()]
-    return bool(lines) and all(line in titles for line in lines)
+    """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts", or "[1] [Retrieved Context]"
+    lines): a small model's way of having nothing to say about an off-topic question."""
+    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not any(_LIST_MARKERS.match(line) for line in lines):
+        return False
+    items = [_LIST_MARKERS.sub("", line).strip().rstrip(".").casefold() for line in lines]
+    return all(item in titles or _PLACEHOLDER.match(item) for item in items)
 
 
 def _answer_prompt(question: str, sources: Sequence[Article]) -> str:

@@ -562,3 +562,14 @@ def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a table?")
     assert answer.not_found and answer.citations == []
+    # the list again with invented placeholder items (qwen2.5-0.5b on another CPU, an off-topic question)
+    agent, _ = make_agent(["[1] Tables\n[2] Printing\n[1] [Retrieved Context]\n[2] [Retrieved Context]"],
+                          tool_mode="forced", plan="never")  # fmt: skip
+    answer = ask(agent, "What is the boiling point of tungsten?")
+    assert answer.not_found and answer.citations == []
+
+
+def test_an_answer_that_is_a_list_of_steps_is_not_an_echo() -> None:
+    agent, _ = make_agent(["[1] Tables\n[2] Choose Table > Insert Table [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I insert a table?")
+    assert not answer.not_found and answer.citations
