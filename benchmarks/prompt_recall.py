@@ -6,7 +6,9 @@ token counts) with a stand-in chat model that plans no extra search and records 
 question counts as *in prompt* when a gold answer (normalized as ``ragidx eval answers`` does) occurs in
 that prompt; ``gold_shown`` is the share of gold articles among those shown. So this measures what the
 retrieval and compression steps hand the model, in seconds instead of the model's minutes, at several
-context windows (the budget's cap). Yes/no questions have no answer text to look for and are skipped.
+context windows (the budget's cap), or at prompt caps (``--caps``: ``max_prompt_tokens``, the way the answer
+deadline caps the local model's prompt, in the largest window). Yes/no questions have no answer text to look
+for and are skipped.
 
     python benchmarks/prompt_recall.py --kb ../shared/data/kb/postgresql15.jsonl \\
         --questions ragidx/evaluation/data/answers_postgresql15.jsonl --data-dir DIR --windows 2048,4096,8192
@@ -73,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(parser)
     parser.add_argument("--windows", default="2048,4096,8192", help="context windows (comma-separated)")
+    parser.add_argument("--caps", default="", help="prompt caps (max_prompt_tokens), in the largest window")
     parser.add_argument("--max-output-tokens", type=int, default=512)
     parser.add_argument("--model", default="qwen2.5-1.5b", help="whose tokens the budget counts")
     args = parser.parse_args(argv)
@@ -80,8 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = [q for q in data.questions if q.answerable and any(a.lower() not in ("yes", "no") for a in q.answers)]
     result: dict[str, Any] = {"benchmark": "prompt_recall", "dataset": data.label, "questions": len(questions)}
     rows: list[dict[str, Any]] = []
-    for window in (int(w) for w in args.windows.split(",")):
-        llm = LLMEndpoint(model=args.model, context_window=window, max_output_tokens=args.max_output_tokens)
+    windows = [int(w) for w in args.windows.split(",") if w]
+    caps = [int(c) for c in args.caps.split(",") if c]
+    runs = [(str(w), w, None) for w in windows] if not caps else [(f"cap{c}", max(windows), c) for c in caps]
+    for key, window, cap in runs:
+        llm = LLMEndpoint(
+            model=args.model, context_window=window, max_output_tokens=args.max_output_tokens, max_prompt_tokens=cap
+        )
         settings = Settings(data_dir=args.data_dir or Path(".ragidx"), llm=llm)
         provider = RecordingProvider()
         in_prompt, gold, tokens, seconds = [], [], [], []
@@ -101,8 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if q.gold_kb_ids:
                     gold.append(sum(k in shown for k in q.gold_kb_ids) / len(q.gold_kb_ids))
                 tokens.append(answer.tokens.get("prompt_max", 0))
-                rows.append({"window": window, "id": q.id, "in_prompt": hit, "prompt_tokens": tokens[-1]})
-        result[str(window)] = {
+                rows.append({"run": key, "id": q.id, "in_prompt": hit, "prompt_tokens": tokens[-1]})
+        result[key] = {
             "answer_in_prompt": round(sum(in_prompt) / len(in_prompt), 4) if in_prompt else None,
             "gold_shown": round(statistics.fmean(gold), 4) if gold else None,
             "prompt_tokens_mean": round(statistics.fmean(tokens), 1) if tokens else None,

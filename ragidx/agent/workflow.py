@@ -539,30 +539,30 @@ class RagAgent(Workflow):
         return fit
 
     async def _fit(self, turn: _Turn, tools: Sequence[Any] | None, render: Renderer) -> Fit:
-        """The budget on the model's window, or on the answer-time cap as a tighter window (while that can
-        hold the fixed prompt)."""
-        window = turn.window - turn.shrink
-        capped = self._capped_window(turn, window)
-        kwargs = {"tools": tools, "question": turn.question, "max_output_tokens": turn.max_out}
-        if capped is not None:
+        """The budget on the model's window, filling the prompt cap (answer-time deadline, fixed cap) where one
+        is set and can hold the fixed prompt."""
+        kwargs = {
+            "tools": tools,
+            "question": turn.question,
+            "context_window": turn.window - turn.shrink,
+            "max_output_tokens": turn.max_out,
+        }
+        if (cap := self._prompt_cap(turn)) is not None:
             try:
-                return await self.budget.afit(turn.messages, turn.results, render, context_window=capped, **kwargs)
+                return await self.budget.afit(turn.messages, turn.results, render, prompt_cap=cap, **kwargs)
             except ContextWindowTooSmallError as exc:
-                logger.info(
-                    "the answer-time cap (%d tokens) cannot hold the prompt (%s); using the window", capped, exc
-                )
-        return await self.budget.afit(turn.messages, turn.results, render, context_window=window, **kwargs)
+                logger.info("the prompt cap (%d tokens) cannot hold the prompt (%s); using the window", cap, exc)
+        return await self.budget.afit(turn.messages, turn.results, render, **kwargs)
 
-    def _capped_window(self, turn: _Turn, window: int) -> int | None:
-        """The prompt cap (deadline, fixed) as a window: cap + the reserved answer, when tighter than ``window``."""
+    def _prompt_cap(self, turn: _Turn) -> int | None:
+        """The tighter of the fixed cap and the deadline's cap on prompt tokens (none on the fallback model)."""
         caps = [] if self.max_prompt_tokens is None else [self.max_prompt_tokens]
         if self.deadline is not None:
             caps.append(self.deadline.prompt_cap(time.perf_counter() - turn.started))
         if not caps or turn.fallback_reason is not None:
             return None
         turn.prompt_cap = min(caps)
-        capped = turn.prompt_cap + turn.max_out
-        return capped if capped < window else None
+        return turn.prompt_cap
 
     def _switch_to_fallback(self, turn: _Turn, reason: str) -> bool:
         if self.fallback_llm is None or turn.fallback_reason is not None:

@@ -150,14 +150,17 @@ class ContextBudget:
         question: str | None = None,
         context_window: int,
         max_output_tokens: int,
+        prompt_cap: int | None = None,
     ) -> Fit:
         """Budget one call: ``results`` are the conversation's search results by tool-call id, ``render``
-        writes the prompt as sent. See the module docstring for the guarantees.
+        writes the prompt as sent. ``prompt_cap`` caps the prompt below the window (an answer-time or cost
+        goal): the prompt is compressed to fill it, not to the window's trigger/target percentages. See the
+        module docstring for the guarantees.
 
         Raises:
             ContextWindowTooSmallError: The fixed part of the prompt cannot fit the window.
         """
-        limits = self.limits(context_window, max_output_tokens=max_output_tokens)
+        limits = self.limits(context_window, max_output_tokens=max_output_tokens).capped(prompt_cap)
         name = getattr(self.compressor, "name", type(self.compressor).__name__)
         fallback = self.fallback_context_window
         run = BudgetRun(

@@ -41,6 +41,15 @@ def test_small_budget_lowers_minimum_then_drops_worst_first() -> None:
     assert allocate_article_budgets([1.0, 0.0], [1000, 1000], 60, min_tokens=300) == [0, 60]
 
 
+def test_a_tight_budget_shows_fewer_articles_each_worth_reading() -> None:
+    ranks = [0.0, 0.25, 0.5, 0.75, 1.0]
+    alloc = allocate_article_budgets(ranks, [5000] * 5, 770, min_tokens=100)  # a 1,024-token prompt cap
+    assert alloc[3:] == [0, 0] and sum(alloc) == 770 and all(a >= 100 for a in alloc[:3])
+    # short articles that fit whole stay; each shown article can count on 300 tokens when the budget is larger
+    assert 0 not in allocate_article_budgets(ranks, [5000, 120, 120, 120, 120], 770, min_tokens=100)
+    assert 0 not in allocate_article_budgets(ranks, [1000] * 5, 1600, min_tokens=100)
+
+
 def test_leftover_shrinks_next_article_instead_of_wasting() -> None:
     alloc = allocate_article_budgets([0.0, 0.5, 1.0], [100, 100, 1000], 250, min_tokens=300)
     assert alloc[:2] == [100, 100] and alloc[2] == 50
@@ -111,6 +120,14 @@ def test_small_windows_act_earlier() -> None:
     assert (small.trigger_pct, small.target_pct, small.min_article_tokens) == (0.75, 0.70, 100)
     assert (big.trigger_pct, big.target_pct, big.min_article_tokens) == (0.85, 0.80, 300)
     assert WindowLimits.compute(15_000, max_output_tokens=0).min_article_tokens == 150
+
+
+def test_a_prompt_cap_is_filled_up_to_the_cap() -> None:
+    lim = WindowLimits.compute(8192, max_output_tokens=512)
+    capped = lim.capped(1024)
+    assert (capped.trigger, capped.target, capped.hard_limit) == (1024, 1024, 1024)
+    assert capped.context_window == 8192 and capped.margin == lim.margin
+    assert lim.capped(None) is lim and lim.capped(10**6) is lim  # no cap, or one above the window's limit
 
 
 def test_suggest_article_cap() -> None:
