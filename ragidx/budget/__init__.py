@@ -18,7 +18,6 @@ from ragidx.budget.allocation import (
     suggest_article_cap,
 )
 from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many
-from ragidx.budget.dedup import dedupe_articles, dedupe_keyed
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.hook import REFERENCE_KEY, ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
@@ -48,8 +47,6 @@ __all__ = [
     "acompress_many",
     "adaptive_min_tokens",
     "allocate_article_budgets",
-    "dedupe_articles",
-    "dedupe_keyed",
     "rank_share",
     "suggest_article_cap",
     "tool_specs",

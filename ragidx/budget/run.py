@@ -2,8 +2,8 @@
 
 ``ArticleTable`` reads the ``SearchResult`` objects of a conversation (by tool-call id, in the order of
 their messages) once: each article occurrence is a slot; per key (``kb_id``, or the position for an
-article without one) the best-scored copy is the entry that is shown, re-ranked (``dedup``), its first
-occurrence in full and later ones as ``see_above`` references.
+article without one) the best-scored copy is the entry, re-ranked among the unique articles; its first
+occurrence is shown in full, later ones as ``see_above`` references.
 
 A ``BudgetRun`` holds what one LLM call's budget decides: the messages (and which were removed), the
 ``ArticleTable`` of their search results, and the prompt as the renderer writes it with its count. Its
@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,10 +32,9 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, SEE_ABOVE, Article, SearchResult
+from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, SEE_ABOVE, Article, SearchResult
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import WindowLimits, adaptive_min_tokens, allocate_article_budgets, suggest_article_cap
-from ragidx.budget.dedup import article_key, dedupe_keyed
 from ragidx.budget.messages import call_id, current_turn_start, group_spans
 from ragidx.budget.report import ArticleOutcome, ArticleStatus, BudgetReport, ContextWindowTooSmallError
 from ragidx.providers.tokenizer import TokenCounter
@@ -81,27 +81,38 @@ class _Slot:
 
 
 class ArticleTable:
-    """The entries and slots of ``results`` (``{tool_call_id: SearchResult}`` in message order)."""
+    """The entries and slots of ``results`` (``{tool_call_id: SearchResult}`` in message order).
+
+    Per key the copy with the highest ``rerank_score`` is the entry (a missing score sorts last), so an
+    article ranked high by any search stays high. Entries are ordered best first: by that score, then the
+    result's own ``normalized_rank``, then first appearance; each gets a fresh ``normalized_rank`` (0.0 best
+    .. 1.0 worst, a lone article 0.0) and ``article_rank`` (0, 1, ...) on a new ``Article``.
+    """
 
     def __init__(self, results: Mapping[str, SearchResult], tokens: TokenCounter) -> None:
         self.originals = dict(results)
         self.tokens = tokens
         sizes: dict[str, int] = {}
-
-        def size(text: str) -> int:
-            if text not in sizes:
-                sizes[text] = tokens.count(text)
-            return sizes[text]
-
-        self.slots = {
-            call: [_Slot(article_key(a, f"#{c}:{i}"), False, size(a.content)) for i, a in enumerate(r.articles)]
-            for c, (call, r) in enumerate(self.originals.items())
-        }
+        self.slots: dict[str, list[_Slot]] = {}
+        best: dict[str, tuple[float, float, Article]] = {}  # in order of first appearance
+        for c, (call, result) in enumerate(self.originals.items()):
+            self.slots[call] = []
+            for i, a in enumerate(result.articles):
+                key = a.kb_id or f"#{c}:{i}"  # articles without a kb_id are never merged
+                if a.content not in sizes:
+                    sizes[a.content] = tokens.count(a.content)
+                self.slots[call].append(_Slot(key, False, sizes[a.content]))
+                score = _number(a.metadata.get(RERANK_SCORE), -math.inf)
+                if key not in best or score > best[key][0]:
+                    best[key] = (score, _number(a.metadata.get(NORMALIZED_RANK), 1.0), a)
         self.reassign(())
-        self.entries = {  # best first
-            key: Entry(key, art, size(art.content), art.content, size(art.content))
-            for key, art in dedupe_keyed([r.articles for r in self.originals.values()])
-        }
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1]))  # stable: ties keep first appearance
+        self.entries: dict[str, Entry] = {}  # best first
+        for rank, (key, (score, _, a)) in enumerate(ranked):
+            meta = {**a.metadata, NORMALIZED_RANK: rank / max(1, len(ranked) - 1), ARTICLE_RANK: rank}
+            if math.isfinite(score):
+                meta[RERANK_SCORE] = score
+            self.entries[key] = Entry(key, replace(a, metadata=meta), sizes[a.content], a.content, sizes[a.content])
 
     @property
     def repeats(self) -> bool:
@@ -396,6 +407,15 @@ class BudgetRun:
         self.report.fallback_reason = f"{reason}; a fallback model with a {fallback}-token window is configured"
         self.path("fallback_recommended")
         logger.warning("context budget recommends the fallback model: %s", reason)
+
+
+def _number(value: Any, default: float) -> float:
+    """``value`` as a float; ``default`` when it is missing, not a number or NaN."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(number) else number
 
 
 def _outcome(
