@@ -47,6 +47,8 @@ Renderer = Callable[[Sequence[ChatMessage], Mapping[str, SearchResult], Sequence
 """``(conversation, results as sent, articles shown in full best first) -> the messages sent``."""
 
 _SLACK_PER_ARTICLE = 2
+_DEFAULT_ARTICLE_TOKENS = 1000
+"""What the cap assumes a new article costs when no article is shown to measure."""
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
@@ -381,7 +383,7 @@ class BudgetRun:
                     self.path(step)
                     self.send()
 
-    def close(self, default_article_tokens: int, max_articles: int | None) -> BudgetReport:
+    def close(self, max_articles: int | None) -> BudgetReport:
         """The report, completed: what was sent, per article, and how many articles the next search may add."""
         report, entries = self.report, [e for e in self.table.entries.values() if e.status != "dropped"]
         entries = entries if self.rewritten else []
@@ -389,7 +391,7 @@ class BudgetRun:
         report.articles = self.table.outcomes() if self.rewritten else []
         report.article_tokens_after = sum(e.tokens for e in entries)
         kept = [e.tokens for e in entries if e.tokens]
-        per_article = int(sum(kept) / len(kept)) if kept else default_article_tokens
+        per_article = int(sum(kept) / len(kept)) if kept else _DEFAULT_ARTICLE_TOKENS
         report.available_tokens = max(0, self.limits.target - self.total)
         report.article_cap = suggest_article_cap(
             report.available_tokens,
