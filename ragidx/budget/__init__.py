@@ -19,14 +19,13 @@ from ragidx.budget.allocation import (
 )
 from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many
 from ragidx.budget.extractive import ExtractiveCompressor
-from ragidx.budget.hook import REFERENCE_KEY, ContextBudget, Fit, Renderer
+from ragidx.budget.hook import ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory, MemoryResult
 from ragidx.budget.report import ArticleOutcome, BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
 from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
-    "REFERENCE_KEY",
     "SUMMARY_PREFIX",
     "ArticleCompressor",
     "ArticleOutcome",

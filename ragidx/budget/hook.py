@@ -41,7 +41,7 @@ from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.instrumentation import get_dispatcher
 
-from ragidx.article import SEE_ABOVE, Article, SearchResult
+from ragidx.article import Article, SearchResult
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, WindowLimits
 from ragidx.budget.compressor import ArticleCompressor, acompress_many
@@ -53,12 +53,10 @@ from ragidx.budget.run import BudgetRun, Renderer
 from ragidx.providers.tokenizer import TokenCounter
 from ragidx.tools.cap import RetrievalCap
 
-__all__ = ["REFERENCE_KEY", "ContextBudget", "Fit", "Renderer"]
+__all__ = ["ContextBudget", "Fit", "Renderer"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
-
-REFERENCE_KEY = SEE_ABOVE
 
 
 @dataclass(frozen=True)
