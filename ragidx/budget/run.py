@@ -335,9 +335,9 @@ class BudgetRun:
             elif a < e.raw_tokens:
                 jobs.append((e, a))
         best, lost = alive[0], sum(e.status == "dropped" for e in entries)
-        if best.allocated is not None and (best.allocated < min(best.raw_tokens, min_eff) or lost):
+        if alloc[0] < min(best.raw_tokens, min_eff) or lost:
             self.recommend_fallback(
-                f"best article {best.key!r} gets {best.allocated} of its {best.raw_tokens} tokens "
+                f"best article {best.key!r} gets {alloc[0]} of its {best.raw_tokens} tokens "
                 f"(minimum {min_eff}); {lost} of {len(entries)} articles dropped"
             )
         return jobs
@@ -355,8 +355,8 @@ class BudgetRun:
             text = self.tokens.truncate(text, target) if reason else text
             e.set(text, self.tokens.count(text), "truncated" if reason else "compressed")
             e.fallback_reason = reason
-        if self.send() > self.limits.hard_limit:
-            self.enforce()
+        self.send()
+        self.enforce()
         for status in ("compressed", "truncated", "dropped"):
             if any(e.status == status for e in self.table.entries.values()):
                 self.path(status)
