@@ -298,15 +298,14 @@ class BudgetRun:
         self.rewritten = True
         if self.table.repeats:
             self.path("deduplicated")
-        entries = list(self.table.entries.values())
+        entries = list(self.table.entries.values())  # best first
         self.report.article_tokens_before = sum(e.raw_tokens for e in entries)
-        min_tokens, dropped = self.limits.min_article_tokens, set[str]()
+        min_tokens = self.limits.min_article_tokens
         while True:
-            alive = [e for e in entries if e.key not in dropped]
+            alive = [e for e in entries if e.status != "dropped"]
             # Skeleton: the prompt with every surviving article's content empty, its metadata as if compressed.
-            for e in entries:
-                e.set("", 0, "dropped" if e.key in dropped else "compressed")
-                e.allocated = 0 if e.key in dropped else None
+            for e in alive:
+                e.set("", 0, "compressed")
             skeleton = self.send() + _SLACK_PER_ARTICLE * len(alive)
             for e in alive:
                 e.set(e.article.content, e.raw_tokens, "kept")
@@ -326,7 +325,9 @@ class BudgetRun:
                 break
             # Dropped articles leave the prompt with their metadata: drop the worse half of the unfunded ones
             # and plan again, with the room their metadata took (on a small window, most of the prompt).
-            dropped |= {e.key for e in sorted(unfunded, key=lambda e: -e.rank)[: (len(unfunded) + 1) // 2]}
+            for e in unfunded[len(unfunded) // 2 :]:
+                e.set("", 0, "dropped")
+                e.allocated = 0
         jobs: list[tuple[Entry, int]] = []
         for e, a in zip(alive, alloc, strict=True):
             e.allocated = a
