@@ -1,16 +1,12 @@
 """One run of the context budget: the conversation and its articles, planned, rendered and counted.
 
 ``ArticleTable`` reads the ``SearchResult`` objects of a conversation (by tool-call id, in the order of
-their messages) once: each article occurrence is a slot; per key (``kb_id``, or the position for an
-article without one) the best-scored copy is the entry, re-ranked among the unique articles; its first
-occurrence is shown in full, later ones as ``see_above`` references.
+their messages) once: one slot per article occurrence, one entry per unique article (deduplicated and
+re-ranked), its first occurrence shown in full and later ones as ``see_above`` references.
 
-A ``BudgetRun`` holds what one LLM call's budget decides: the messages (and which were removed), the
-``ArticleTable`` of their search results, and the prompt as the renderer writes it with its count. Its
-steps are the budget's: ``plan`` (dedup, re-rank, allocate by rank, on a skeleton prompt counted as
-rendered), ``finish`` (take the compressor's outputs, counted and cut to their targets) and ``enforce``
-(the one guard: while the rendered prompt passes the hard limit, cut or drop the worst article, then old
-history, then earlier tool-call groups of the current turn).
+A ``BudgetRun`` holds what one LLM call's budget decides (messages removed, articles cut or dropped) and
+the prompt as the renderer writes it, with its count. Its steps are ``plan``, ``finish`` and ``enforce``,
+the one guard of the hard limit.
 
 Example:
     >>> from ragidx.article import Article, SearchResult
@@ -292,7 +288,8 @@ class BudgetRun:
 
     # --- steps ----------------------------------------------------------------------------------------
     def plan(self) -> list[tuple[Entry, int]]:
-        """Dedup, re-rank, allocate. Returns the compression jobs ``(entry, target_tokens)``."""
+        """Allocate the room left by a skeleton prompt (the articles' content empty, as rendered) by rank.
+        Returns the compression jobs ``(entry, target_tokens)``."""
         if not self.table.entries:
             return []  # nothing to rewrite: the tool messages are sent as they came
         self.rewritten = True
