@@ -90,27 +90,25 @@ class ArticleTable:
     def __init__(self, results: Mapping[str, SearchResult], tokens: TokenCounter) -> None:
         self.originals = dict(results)
         self.tokens = tokens
-        sizes: dict[str, int] = {}
         self.slots: dict[str, list[_Slot]] = {}
-        best: dict[str, tuple[float, float, Article]] = {}  # in order of first appearance
+        best: dict[str, tuple[float, float, Article, int]] = {}  # in order of first appearance
         for c, (call, result) in enumerate(self.originals.items()):
             self.slots[call] = []
             for i, a in enumerate(result.articles):
                 key = a.kb_id or f"#{c}:{i}"  # articles without a kb_id are never merged
-                if a.content not in sizes:
-                    sizes[a.content] = tokens.count(a.content)
-                self.slots[call].append(_Slot(key, False, sizes[a.content]))
+                size = tokens.count(a.content)
+                self.slots[call].append(_Slot(key, False, size))
                 score = _number(a.metadata.get(RERANK_SCORE), -math.inf)
                 if key not in best or score > best[key][0]:
-                    best[key] = (score, _number(a.metadata.get(NORMALIZED_RANK), 1.0), a)
+                    best[key] = (score, _number(a.metadata.get(NORMALIZED_RANK), 1.0), a, size)
         self.reassign(())
         ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1]))  # stable: ties keep first appearance
         self.entries: dict[str, Entry] = {}  # best first
-        for rank, (key, (score, _, a)) in enumerate(ranked):
+        for rank, (key, (score, _, a, size)) in enumerate(ranked):
             meta = {**a.metadata, NORMALIZED_RANK: rank / max(1, len(ranked) - 1), ARTICLE_RANK: rank}
             if math.isfinite(score):
                 meta[RERANK_SCORE] = score
-            self.entries[key] = Entry(key, replace(a, metadata=meta), sizes[a.content], a.content, sizes[a.content])
+            self.entries[key] = Entry(key, replace(a, metadata=meta), size, a.content, size)
 
     @property
     def repeats(self) -> bool:
