@@ -143,9 +143,7 @@ def allocate_article_budgets(
     n = len(sizes)
     sizes = [max(0, int(s)) for s in sizes]
     budget = max(0, int(budget))
-    if n == 0:
-        return []
-    if sum(sizes) <= budget:
+    if sum(sizes) <= budget:  # also no articles
         return list(sizes)
     floor_all = adaptive_min_tokens(budget, n, min_tokens)
     floors = [min(floor_all, s) for s in sizes]
