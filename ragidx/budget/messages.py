@@ -58,13 +58,8 @@ def has_tool_calls(message: ChatMessage) -> bool:
 
 def tool_results(messages: Sequence[ChatMessage]) -> dict[str, SearchResult]:
     """The search results among ``messages`` by tool-call id, each parsed once (``SearchResult.from_json``)."""
-    out: dict[str, SearchResult] = {}
-    for m in messages:
-        key = call_id(m)
-        result = SearchResult.from_json(message_text(m)) if key else None
-        if key and result is not None:
-            out[key] = result
-    return out
+    parsed = ((key, SearchResult.from_json(message_text(m))) for m in messages if (key := call_id(m)))
+    return {key: result for key, result in parsed if result is not None}
 
 
 def with_results(
