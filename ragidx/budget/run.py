@@ -381,13 +381,12 @@ class BudgetRun:
 
     def close(self, max_articles: int | None) -> BudgetReport:
         """The report, completed: what was sent, per article, and how many articles the next search may add."""
-        report, entries = self.report, [e for e in self.table.entries.values() if e.status != "dropped"]
-        entries = entries if self.rewritten else []
+        report = self.report
+        kept = [e.tokens for e in self.table.entries.values() if e.tokens] if self.rewritten else []
         report.tokens_after = self.total
         report.articles = self.table.outcomes() if self.rewritten else []
-        report.article_tokens_after = sum(e.tokens for e in entries)
-        kept = [e.tokens for e in entries if e.tokens]
-        per_article = int(sum(kept) / len(kept)) if kept else _DEFAULT_ARTICLE_TOKENS
+        report.article_tokens_after = sum(kept)
+        per_article = sum(kept) // len(kept) if kept else _DEFAULT_ARTICLE_TOKENS
         report.available_tokens = max(0, self.limits.target - self.total)
         report.article_cap = suggest_article_cap(
             report.available_tokens,
