@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragidx.article import MATCHED_SPANS, Article
-from ragidx.budget.sentences import Unit, split_units
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.sentences import Unit, split_units
 from ragidx.terms import stem, terms
 
 __all__ = ["ExtractiveCompressor"]
