@@ -102,7 +102,8 @@ class ArticleTable:
                 if key not in best or score > best[key][0]:
                     best[key] = (score, _number(a.metadata.get(NORMALIZED_RANK), 1.0), a, size)
         self.reassign(())
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1]))  # stable: ties keep first appearance
+        # Best first: by score, then the result's own rank, then first appearance (the sort is stable).
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1]))
         self.entries: dict[str, Entry] = {}  # best first
         for rank, (key, (score, _, a, size)) in enumerate(ranked):
             meta = {**a.metadata, NORMALIZED_RANK: rank / max(1, len(ranked) - 1), ARTICLE_RANK: rank}
