@@ -18,16 +18,14 @@ from ragidx.budget.allocation import (
     suggest_article_cap,
 )
 from ragidx.budget.compressor import ArticleCompressor, TruncateCompressor, acompress_many
-from ragidx.budget.dedup import dedupe_articles, dedupe_keyed
 from ragidx.budget.extractive import ExtractiveCompressor
-from ragidx.budget.hook import REFERENCE_KEY, ContextBudget, Fit, Renderer
+from ragidx.budget.hook import ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory, MemoryResult
 from ragidx.budget.report import ArticleOutcome, BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
 from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
-    "REFERENCE_KEY",
     "SUMMARY_PREFIX",
     "ArticleCompressor",
     "ArticleOutcome",
@@ -48,8 +46,6 @@ __all__ = [
     "acompress_many",
     "adaptive_min_tokens",
     "allocate_article_budgets",
-    "dedupe_articles",
-    "dedupe_keyed",
     "rank_share",
     "suggest_article_cap",
     "tool_specs",

@@ -64,16 +64,11 @@ class PromptAccountant:
         10
     """
 
-    def __init__(
-        self,
-        token_counter: TokenCounter | None = None,
-        *,
-        message_overhead: int = MESSAGE_OVERHEAD_TOKENS,
-        reply_priming: int = REPLY_PRIMING_TOKENS,
-    ) -> None:
+    message_overhead = MESSAGE_OVERHEAD_TOKENS
+    reply_priming = REPLY_PRIMING_TOKENS
+
+    def __init__(self, token_counter: TokenCounter | None = None) -> None:
         self.tokens = token_counter or TokenCounter()
-        self.message_overhead = message_overhead
-        self.reply_priming = reply_priming
 
     def count_message(self, message: ChatMessage) -> int:
         """Text blocks, tool-call blocks (and legacy ``additional_kwargs['tool_calls']``), ids, overhead."""

@@ -50,7 +50,7 @@ class WindowLimits:
     """The token limits of one call.
 
     ``hard_limit`` is the most prompt tokens allowed: the window minus the safety margin and the reserved
-    output. ``trigger`` and ``target`` never exceed it. A window under ``small_window_tokens`` acts earlier
+    output. ``trigger`` and ``target`` never exceed it. A window under ``SMALL_WINDOW_TOKENS`` acts earlier
     (75% / 70%) with a per-article minimum of 1% of the window (at least 100, at most the configured one).
 
     Example:
@@ -82,7 +82,6 @@ class WindowLimits:
         trigger_pct: float = 0.85,
         target_pct: float = 0.80,
         min_article_tokens: int = 300,
-        small_window_tokens: int = SMALL_WINDOW_TOKENS,
     ) -> WindowLimits:
         if context_window <= 0:
             raise ValueError(f"context_window must be positive, got {context_window}")
@@ -92,7 +91,7 @@ class WindowLimits:
             raise ValueError(f"safety margin must be in [0, 0.5), got {margin_pct}")
         if not 0 < target_pct <= trigger_pct <= 1:
             raise ValueError(f"need 0 < target_pct <= trigger_pct <= 1, got target {target_pct}, trigger {trigger_pct}")
-        if context_window < small_window_tokens:
+        if context_window < SMALL_WINDOW_TOKENS:
             trigger_pct, target_pct = min(trigger_pct, 0.75), min(target_pct, 0.70)
             small_min = max(ABSOLUTE_MIN_ARTICLE_TOKENS, int(context_window * 0.01))
             min_article_tokens = min(min_article_tokens, small_min)
@@ -165,9 +164,7 @@ def allocate_article_budgets(
     n = len(sizes)
     sizes = [max(0, int(s)) for s in sizes]
     budget = max(0, int(budget))
-    if n == 0:
-        return []
-    if sum(sizes) <= budget:
+    if sum(sizes) <= budget:  # also no articles
         return list(sizes)
     floor_all = adaptive_min_tokens(budget, n, min_tokens)
     floors = [min(floor_all, s) for s in sizes]

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragidx.article import MATCHED_SPANS, Article
-from ragidx.budget.sentences import Unit, split_units
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.sentences import Unit, split_units
 from ragidx.terms import stem, terms
 
 __all__ = ["ExtractiveCompressor"]
@@ -161,60 +161,48 @@ class ExtractiveCompressor:
 
     # --- selection ------------------------------------------------------------------------------------
     def _select(self, text: str, doc: _Doc, scores: list[float], target: int) -> str:
-        """The best units that fit, by their exact counts, in text order;
-        the first good unit that does not fit whole is cut to fill the rest; one final cut if over."""
+        """The best units that fit, by their exact counts, in text order; the best one that does not fit whole
+        fills what is left, cut; one final cut if the joins cost more than the parts."""
         if target <= 0 or not doc.units:
             return ""
         cost = [self.tokens.count(u.text) for u in doc.units]
-        chosen: set[int] = set()
-        partial: int | None = None
-        skipped: int | None = None
+        chosen: list[int] = []
+        fill: int | None = None
         rest = target
         for i in sorted(range(len(doc.units)), key=scores.__getitem__, reverse=True):  # ties: text order
             if cost[i] <= rest:
-                chosen.add(i)
+                chosen.append(i)
                 rest -= cost[i]
             elif rest >= max(_MIN_FILL_TOKENS, cost[i] / 2):
-                partial = i  # a good unit that half fits is worth more than a worse one that fits whole
+                fill = i  # a good unit that half fits is worth more than a worse one that fits whole
                 break
-            elif skipped is None:
-                skipped = i
+            elif fill is None:
+                fill = i  # the best unit that does not fit: it fills what is left, cut, unless a better one does
             if rest < _MIN_FILL_TOKENS:
                 break
-        if partial is None and rest >= _MIN_FILL_TOKENS:
-            partial = skipped  # nothing more fits whole: the best unit left fills what remains, cut
-        pieces: dict[int, str] = {i: doc.units[i].text for i in chosen}
-        if partial is not None and (piece := self._cut(doc.units[partial].text, rest - 1)):
-            pieces[partial] = piece
+        pieces = {i: doc.units[i].text for i in chosen}
+        if fill is not None and rest >= _MIN_FILL_TOKENS and (piece := self._cut(doc.units[fill].text, rest - 1)):
+            pieces[fill] = piece  # rest - 1: the join before it costs a token
         result = _join(text, doc.units, pieces)
         return result if self.tokens.count(result) <= target else self.tokens.truncate(result, target)
 
     def _cut(self, sentence: str, budget: int) -> str:
-        """A prefix of ``sentence`` of at most ``budget`` tokens and a "…", at the end of a word if one ends near."""
-        piece = self.tokens.truncate(sentence, budget - 1)
-        return sentence if piece == sentence else _at_word(piece, len(piece))
+        """A prefix of ``sentence`` (which does not fit ``budget``) and "…" in ``budget`` tokens, ending at a word
+        if one ends within ``_WORD_BACKOFF_CHARS``; "" when nothing is left."""
+        piece = self.tokens.truncate(sentence, budget - 1)  # "…" is one token
+        space = piece.rfind(" ")
+        if space >= max(len(piece) // 2, len(piece) - _WORD_BACKOFF_CHARS):  # end at a word unless it is long
+            piece = piece[:space]
+        piece = piece.rstrip()
+        return piece + ELLIPSIS if piece else ""
 
 
 def _join(text: str, units: list[Unit], pieces: dict[int, str]) -> str:
     """The pieces in text order: adjacent units keep their own separator; across a gap, a line break if one
     was skipped, else a space."""
-    parts: list[str] = []
-    last = -1
-    for i in sorted(pieces):
-        if last >= 0:
-            gap = text[units[last].end : units[i].start]
-            parts.append(gap if last == i - 1 else ("\n" if "\n" in gap else " "))
-        parts.append(pieces[i])
-        last = i
+    order = sorted(pieces)
+    parts = [pieces[order[0]]] if order else []
+    for a, b in zip(order, order[1:], strict=False):
+        gap = text[units[a].end : units[b].start]
+        parts += [gap if b == a + 1 else "\n" if "\n" in gap else " ", pieces[b]]
     return "".join(parts)
-
-
-def _at_word(text: str, chars: int) -> str:
-    """``text`` cut to at most ``chars`` characters, at the end of a word if one ends within
-    ``_WORD_BACKOFF_CHARS``, ending in "…" ("" when nothing is left)."""
-    piece = text[:chars]
-    space = piece.rfind(" ")
-    if space >= max(chars // 2, chars - _WORD_BACKOFF_CHARS):  # end at a word unless it is long
-        piece = piece[:space]
-    piece = piece.rstrip()
-    return piece + ELLIPSIS if piece else ""

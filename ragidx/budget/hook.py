@@ -41,7 +41,7 @@ from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.instrumentation import get_dispatcher
 
-from ragidx.article import SEE_ABOVE, Article, SearchResult
+from ragidx.article import Article, SearchResult
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import SMALL_WINDOW_TOKENS, WindowLimits
 from ragidx.budget.compressor import ArticleCompressor, acompress_many
@@ -53,12 +53,10 @@ from ragidx.budget.run import BudgetRun, Renderer
 from ragidx.providers.tokenizer import TokenCounter
 from ragidx.tools.cap import RetrievalCap
 
-__all__ = ["REFERENCE_KEY", "ContextBudget", "Fit", "Renderer"]
+__all__ = ["ContextBudget", "Fit", "Renderer"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
-
-REFERENCE_KEY = SEE_ABOVE
 
 
 @dataclass(frozen=True)
@@ -87,16 +85,16 @@ class ContextBudget:
     Args:
         token_counter: Counts tokens (default tiktoken ``cl100k_base``); shared with the default compressor.
         compressor: Any ``ArticleCompressor``; default ``ExtractiveCompressor``.
-        summarizer_llm / memory: LLM for summarizing old turns, or a ready ``ConversationMemory``.
+        memory: Folds old turns into a summary; default ``ConversationMemory()`` (extractive: pass one with an
+            LLM for written summaries).
         trigger_pct / target_pct: Act above ``trigger_pct`` of the window, aim at ``target_pct``
-            (lowered to 75% / 70% for windows under ``small_window_tokens``).
+            (lowered to 75% / 70% for windows under 16K tokens).
         min_article_tokens: Per-article minimum (adapted down for small windows and budgets).
         safety_margin_pct: Share of the window kept free because the model's tokenizer differs.
         memory_trigger_pct: Summarize old turns when the conversation passes this share of the window.
         fallback_context_window: Window of a configured larger model; enables ``fallback_recommended``.
         cap: A ``RetrievalCap`` the hook sets after each run for the retrieve tool to read.
         max_articles_per_call: Upper bound of the cap (the tool's usual ``top_k``).
-        max_concurrency: Concurrent compressions in ``afit``.
     """
 
     def __init__(
@@ -104,19 +102,15 @@ class ContextBudget:
         token_counter: TokenCounter | None = None,
         compressor: ArticleCompressor | None = None,
         *,
-        summarizer_llm: Any | None = None,
         memory: ConversationMemory | None = None,
         trigger_pct: float = 0.85,
         target_pct: float = 0.80,
         min_article_tokens: int = 300,
         safety_margin_pct: float = 0.05,
         memory_trigger_pct: float = 0.80,
-        small_window_tokens: int = SMALL_WINDOW_TOKENS,
         fallback_context_window: int | None = None,
         cap: RetrievalCap | None = None,
         max_articles_per_call: int | None = 5,
-        default_article_tokens: int = 1000,
-        max_concurrency: int = 4,
     ) -> None:
         self.limits = partial(
             WindowLimits.compute,
@@ -124,19 +118,16 @@ class ContextBudget:
             trigger_pct=trigger_pct,
             target_pct=target_pct,
             min_article_tokens=min_article_tokens,
-            small_window_tokens=small_window_tokens,
         )
         self.limits(SMALL_WINDOW_TOKENS, max_output_tokens=0)  # invalid percentages fail here, not at the first call
         self.tokens = token_counter or TokenCounter()
         self.accountant = PromptAccountant(self.tokens)
         self.compressor: ArticleCompressor = compressor or ExtractiveCompressor(self.tokens)
-        self.memory = memory or ConversationMemory(summarizer_llm, self.tokens)
+        self.memory = memory or ConversationMemory(token_counter=self.tokens)
         self.memory_trigger_pct = memory_trigger_pct
         self.fallback_context_window = fallback_context_window
         self.cap = cap
         self.max_articles_per_call = max_articles_per_call
-        self.default_article_tokens = default_article_tokens
-        self.max_concurrency = max_concurrency
 
     # --- public API -----------------------------------------------------------------------------------
     @dispatcher.span
@@ -174,8 +165,7 @@ class ContextBudget:
         elif not (fold and await self._fold_history(run, question)):
             jobs = run.plan()
             articles, targets = [e.article for e, _ in jobs], [t for _, t in jobs]
-            n = self.max_concurrency
-            run.finish(jobs, await acompress_many(self.compressor, articles, targets, question, max_concurrency=n))
+            run.finish(jobs, await acompress_many(self.compressor, articles, targets, question))
         return self._result(run)
 
     def fit(self, *args: Any, **kwargs: Any) -> Fit:
@@ -210,7 +200,7 @@ class ContextBudget:
         return run.send() <= run.limits.trigger
 
     def _result(self, run: BudgetRun) -> Fit:
-        report = run.close(self.default_article_tokens, self.max_articles_per_call)
+        report = run.close(self.max_articles_per_call)
         if self.cap is not None:
             self.cap.set(report.article_cap)
         dispatcher.event(ContextBudgetEvent(report=report))

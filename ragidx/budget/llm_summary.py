@@ -121,8 +121,7 @@ class LLMSummaryCompressor:
 
     def _check(self, reply: str, article: Article, target: int, question: str) -> str:
         text = reply.strip()
-        fenced = _FENCE.match(text)
-        if fenced:
+        if fenced := _FENCE.match(text):
             text = fenced.group(1).strip()
         if not text:
             return self._fall_back(article, target, question, "empty_reply", None)

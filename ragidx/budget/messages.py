@@ -29,7 +29,6 @@ __all__ = [
     "group_spans",
     "has_tool_calls",
     "message_text",
-    "replace_text",
     "tool_results",
     "with_results",
 ]
@@ -59,13 +58,8 @@ def has_tool_calls(message: ChatMessage) -> bool:
 
 def tool_results(messages: Sequence[ChatMessage]) -> dict[str, SearchResult]:
     """The search results among ``messages`` by tool-call id, each parsed once (``SearchResult.from_json``)."""
-    out: dict[str, SearchResult] = {}
-    for m in messages:
-        key = call_id(m)
-        result = SearchResult.from_json(message_text(m)) if key else None
-        if key and result is not None:
-            out[key] = result
-    return out
+    parsed = ((key, SearchResult.from_json(message_text(m))) for m in messages if (key := call_id(m)))
+    return {key: result for key, result in parsed if result is not None}
 
 
 def with_results(
@@ -73,24 +67,18 @@ def with_results(
     results: Mapping[str, SearchResult],
     originals: Mapping[str, SearchResult] | None = None,
 ) -> list[ChatMessage]:
-    """``messages`` with each tool result in ``results`` written as its JSON; one that is still the very
-    object of ``originals`` keeps the text it came with."""
+    """``messages`` with each tool result in ``results`` written as its JSON, in a new message with the same
+    role and copied kwargs; one that is still the very object of ``originals`` keeps the text it came with."""
     out = []
     for m in messages:
         key = call_id(m)
         result = results.get(key) if key else None
-        keep = result is None or (originals is not None and originals.get(key or "") is result)
-        out.append(m if keep else replace_text(m, result.to_json()))  # type: ignore[union-attr]
+        if result is None or (originals is not None and originals.get(key or "") is result):
+            out.append(m)
+        else:
+            kwargs = copy.deepcopy(m.additional_kwargs)
+            out.append(ChatMessage(role=m.role, additional_kwargs=kwargs, blocks=[TextBlock(text=result.to_json())]))
     return out
-
-
-def replace_text(message: ChatMessage, text: str) -> ChatMessage:
-    """A new message with the same role and (copied) kwargs, whose only block is ``text``."""
-    return ChatMessage(
-        role=message.role,
-        additional_kwargs=copy.deepcopy(message.additional_kwargs),
-        blocks=[TextBlock(text=text)],
-    )
 
 
 def current_turn_start(messages: Sequence[ChatMessage]) -> int:

@@ -84,10 +84,6 @@ class BudgetReport(BaseModel):
     fallback_reason: str | None = None
     duration_ms: float = 0.0
 
-    @property
-    def changed(self) -> bool:
-        return not (self.path == ["under_trigger"] or self.path == ["nothing_to_compress"])
-
 
 class ContextBudgetEvent(BaseEvent):
     """Instrumentation event emitted once per budget run, carrying its report."""

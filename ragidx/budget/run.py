@@ -1,16 +1,12 @@
 """One run of the context budget: the conversation and its articles, planned, rendered and counted.
 
 ``ArticleTable`` reads the ``SearchResult`` objects of a conversation (by tool-call id, in the order of
-their messages) once: each article occurrence is a slot; per key (``kb_id``, or the position for an
-article without one) the best-scored copy is the entry that is shown, re-ranked (``dedup``), its first
-occurrence in full and later ones as ``see_above`` references.
+their messages) once: one slot per article occurrence, one entry per unique article (deduplicated and
+re-ranked), its first occurrence shown in full and later ones as ``see_above`` references.
 
-A ``BudgetRun`` holds what one LLM call's budget decides: the messages (and which were removed), the
-``ArticleTable`` of their search results, and the prompt as the renderer writes it with its count. Its
-steps are the budget's: ``plan`` (dedup, re-rank, allocate by rank, on a skeleton prompt counted as
-rendered), ``finish`` (take the compressor's outputs, counted and cut to their targets) and ``enforce``
-(the one guard: while the rendered prompt passes the hard limit, cut or drop the worst article, then old
-history, then earlier tool-call groups of the current turn).
+A ``BudgetRun`` holds what one LLM call's budget decides (messages removed, articles cut or dropped) and
+the prompt as the renderer writes it, with its count. Its steps are ``plan``, ``finish`` and ``enforce``,
+the one guard of the hard limit.
 
 Example:
     >>> from ragidx.article import Article, SearchResult
@@ -24,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,10 +28,9 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, SEE_ABOVE, Article, SearchResult
+from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, SEE_ABOVE, Article, SearchResult
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import WindowLimits, adaptive_min_tokens, allocate_article_budgets, suggest_article_cap
-from ragidx.budget.dedup import article_key, dedupe_keyed
 from ragidx.budget.messages import call_id, current_turn_start, group_spans
 from ragidx.budget.report import ArticleOutcome, ArticleStatus, BudgetReport, ContextWindowTooSmallError
 from ragidx.providers.tokenizer import TokenCounter
@@ -47,6 +43,8 @@ Renderer = Callable[[Sequence[ChatMessage], Mapping[str, SearchResult], Sequence
 """``(conversation, results as sent, articles shown in full best first) -> the messages sent``."""
 
 _SLACK_PER_ARTICLE = 2
+_DEFAULT_ARTICLE_TOKENS = 1000
+"""What the cap assumes a new article costs when no article is shown to measure."""
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
 _ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
@@ -81,27 +79,37 @@ class _Slot:
 
 
 class ArticleTable:
-    """The entries and slots of ``results`` (``{tool_call_id: SearchResult}`` in message order)."""
+    """The entries and slots of ``results`` (``{tool_call_id: SearchResult}`` in message order).
+
+    Per key the copy with the highest ``rerank_score`` is the entry (a missing score sorts last), so an
+    article ranked high by any search stays high. Entries are ordered best first: by that score, then the
+    result's own ``normalized_rank``, then first appearance; each gets a fresh ``normalized_rank`` (0.0 best
+    .. 1.0 worst, a lone article 0.0) and ``article_rank`` (0, 1, ...) on a new ``Article``.
+    """
 
     def __init__(self, results: Mapping[str, SearchResult], tokens: TokenCounter) -> None:
         self.originals = dict(results)
         self.tokens = tokens
-        sizes: dict[str, int] = {}
-
-        def size(text: str) -> int:
-            if text not in sizes:
-                sizes[text] = tokens.count(text)
-            return sizes[text]
-
-        self.slots = {
-            call: [_Slot(article_key(a, f"#{c}:{i}"), False, size(a.content)) for i, a in enumerate(r.articles)]
-            for c, (call, r) in enumerate(self.originals.items())
-        }
+        self.slots: dict[str, list[_Slot]] = {}
+        best: dict[str, tuple[float, float, Article, int]] = {}  # in order of first appearance
+        for c, (call, result) in enumerate(self.originals.items()):
+            self.slots[call] = []
+            for i, a in enumerate(result.articles):
+                key = a.kb_id or f"#{c}:{i}"  # articles without a kb_id are never merged
+                size = tokens.count(a.content)
+                self.slots[call].append(_Slot(key, False, size))
+                score = _number(a.metadata.get(RERANK_SCORE), -math.inf)
+                if key not in best or score > best[key][0]:
+                    best[key] = (score, _number(a.metadata.get(NORMALIZED_RANK), 1.0), a, size)
         self.reassign(())
-        self.entries = {  # best first
-            key: Entry(key, art, size(art.content), art.content, size(art.content))
-            for key, art in dedupe_keyed([r.articles for r in self.originals.values()])
-        }
+        # Best first: by score, then the result's own rank, then first appearance (the sort is stable).
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1]))
+        self.entries: dict[str, Entry] = {}  # best first
+        for rank, (key, (score, _, a, size)) in enumerate(ranked):
+            meta = {**a.metadata, NORMALIZED_RANK: rank / max(1, len(ranked) - 1), ARTICLE_RANK: rank}
+            if math.isfinite(score):
+                meta[RERANK_SCORE] = score
+            self.entries[key] = Entry(key, replace(a, metadata=meta), size, a.content, size)
 
     @property
     def repeats(self) -> bool:
@@ -279,21 +287,21 @@ class BudgetRun:
 
     # --- steps ----------------------------------------------------------------------------------------
     def plan(self) -> list[tuple[Entry, int]]:
-        """Dedup, re-rank, allocate. Returns the compression jobs ``(entry, target_tokens)``."""
+        """Allocate the room left by a skeleton prompt (the articles' content empty, as rendered) by rank.
+        Returns the compression jobs ``(entry, target_tokens)``."""
         if not self.table.entries:
             return []  # nothing to rewrite: the tool messages are sent as they came
         self.rewritten = True
         if self.table.repeats:
             self.path("deduplicated")
-        entries = list(self.table.entries.values())
+        entries = list(self.table.entries.values())  # best first
         self.report.article_tokens_before = sum(e.raw_tokens for e in entries)
-        min_tokens, dropped = self.limits.min_article_tokens, set[str]()
+        min_tokens = self.limits.min_article_tokens
         while True:
-            alive = [e for e in entries if e.key not in dropped]
+            alive = [e for e in entries if e.status != "dropped"]
             # Skeleton: the prompt with every surviving article's content empty, its metadata as if compressed.
-            for e in entries:
-                e.set("", 0, "dropped" if e.key in dropped else "compressed")
-                e.allocated = 0 if e.key in dropped else None
+            for e in alive:
+                e.set("", 0, "compressed")
             skeleton = self.send() + _SLACK_PER_ARTICLE * len(alive)
             for e in alive:
                 e.set(e.article.content, e.raw_tokens, "kept")
@@ -313,7 +321,9 @@ class BudgetRun:
                 break
             # Dropped articles leave the prompt with their metadata: drop the worse half of the unfunded ones
             # and plan again, with the room their metadata took (on a small window, most of the prompt).
-            dropped |= {e.key for e in sorted(unfunded, key=lambda e: -e.rank)[: (len(unfunded) + 1) // 2]}
+            for e in unfunded[len(unfunded) // 2 :]:
+                e.set("", 0, "dropped")
+                e.allocated = 0
         jobs: list[tuple[Entry, int]] = []
         for e, a in zip(alive, alloc, strict=True):
             e.allocated = a
@@ -322,9 +332,9 @@ class BudgetRun:
             elif a < e.raw_tokens:
                 jobs.append((e, a))
         best, lost = alive[0], sum(e.status == "dropped" for e in entries)
-        if best.allocated is not None and (best.allocated < min(best.raw_tokens, min_eff) or lost):
+        if alloc[0] < min(best.raw_tokens, min_eff) or lost:
             self.recommend_fallback(
-                f"best article {best.key!r} gets {best.allocated} of its {best.raw_tokens} tokens "
+                f"best article {best.key!r} gets {alloc[0]} of its {best.raw_tokens} tokens "
                 f"(minimum {min_eff}); {lost} of {len(entries)} articles dropped"
             )
         return jobs
@@ -342,8 +352,8 @@ class BudgetRun:
             text = self.tokens.truncate(text, target) if reason else text
             e.set(text, self.tokens.count(text), "truncated" if reason else "compressed")
             e.fallback_reason = reason
-        if self.send() > self.limits.hard_limit:
-            self.enforce()
+        self.send()
+        self.enforce()
         for status in ("compressed", "truncated", "dropped"):
             if any(e.status == status for e in self.table.entries.values()):
                 self.path(status)
@@ -370,15 +380,14 @@ class BudgetRun:
                     self.path(step)
                     self.send()
 
-    def close(self, default_article_tokens: int, max_articles: int | None) -> BudgetReport:
+    def close(self, max_articles: int | None) -> BudgetReport:
         """The report, completed: what was sent, per article, and how many articles the next search may add."""
-        report, entries = self.report, [e for e in self.table.entries.values() if e.status != "dropped"]
-        entries = entries if self.rewritten else []
+        report = self.report
+        kept = [e.tokens for e in self.table.entries.values() if e.tokens] if self.rewritten else []
         report.tokens_after = self.total
         report.articles = self.table.outcomes() if self.rewritten else []
-        report.article_tokens_after = sum(e.tokens for e in entries)
-        kept = [e.tokens for e in entries if e.tokens]
-        per_article = int(sum(kept) / len(kept)) if kept else default_article_tokens
+        report.article_tokens_after = sum(kept)
+        per_article = sum(kept) // len(kept) if kept else _DEFAULT_ARTICLE_TOKENS
         report.available_tokens = max(0, self.limits.target - self.total)
         report.article_cap = suggest_article_cap(
             report.available_tokens,
@@ -396,6 +405,15 @@ class BudgetRun:
         self.report.fallback_reason = f"{reason}; a fallback model with a {fallback}-token window is configured"
         self.path("fallback_recommended")
         logger.warning("context budget recommends the fallback model: %s", reason)
+
+
+def _number(value: Any, default: float) -> float:
+    """``value`` as a float; ``default`` when it is missing, not a number or NaN."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(number) else number
 
 
 def _outcome(

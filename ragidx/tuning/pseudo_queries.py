@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragidx.article import Article
-from ragidx.budget.sentences import split_units
+from ragidx.sentences import split_units
 from ragidx.terms import is_stop_word, words
 
 __all__ = [

@@ -26,7 +26,6 @@ from ragidx.agent.workflow import (
 )
 from ragidx.article import Article, SearchResult
 from ragidx.budget import ContextBudget
-from ragidx.budget.dedup import dedupe_articles
 from ragidx.providers.speed import AnswerDeadline, ModelSpeed
 from tests.agent.helpers import make_agent, make_tool
 from tests.fakes.scripted_llm import RecordedCall, ScriptedLLM, ToolCall, text_of
@@ -413,9 +412,9 @@ def test_inline_transport_writes_numbered_readable_articles() -> None:
         ChatMessage(role=MessageRole.TOOL, content="(the tool's JSON)", additional_kwargs=kwargs),
         ChatMessage(role=MessageRole.TOOL, content="plain text", additional_kwargs={"name": "other"}),
     ]
-    out = to_inline(msgs, {"c1": SearchResult((beta, alpha))}, dedupe_articles([[beta, alpha]]))
+    out = to_inline(msgs, {"c1": SearchResult((beta, alpha))}, [alpha, beta])  # the source list: Alpha scores higher
     assert [m.role for m in out] == [MessageRole.USER] * 3
-    # numbered by the deduplicated ranking (Alpha scores higher), kept in the result's own order
+    # numbered by the source list, kept in the result's own order
     assert text_of(out[1]) == (
         "Result of retrieve_context:\n[2] Beta\n<article>\nBeta text.\n</article>\n\n"
         "[1] Alpha\n<article>\nAlpha text.\n</article>"

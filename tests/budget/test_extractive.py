@@ -7,7 +7,7 @@ import pytest
 
 from ragidx.article import Article
 from ragidx.budget.extractive import ELLIPSIS, ExtractiveCompressor
-from ragidx.budget.sentences import split_units
+from ragidx.sentences import split_units
 from tests.budget.helpers import text_of_tokens
 
 COMP = ExtractiveCompressor()

@@ -14,9 +14,8 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.base import BaseEvent
 
-from ragidx.article import Article
+from ragidx.article import SEE_ABOVE, Article
 from ragidx.budget import (
-    REFERENCE_KEY,
     ContextBudget,
     ContextBudgetEvent,
     ContextWindowTooSmallError,
@@ -165,7 +164,7 @@ def test_multiple_tool_calls_deduplicate_and_keep_pairs() -> None:
         "kb_id": "a",
         "title": "Article a",
         "url": "https://kb.example/a",
-        REFERENCE_KEY: True,
+        SEE_ABOVE: True,
     }
     ranks = {
         a["kb_id"]: a["metadata"]["normalized_rank"]

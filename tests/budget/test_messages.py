@@ -5,7 +5,7 @@ import json
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.article import SearchResult
-from ragidx.budget.messages import current_turn_start, group_spans, replace_text, tool_results, with_results
+from ragidx.budget.messages import current_turn_start, group_spans, tool_results, with_results
 from tests.budget.helpers import article, assistant, tool_call, tool_result, user
 
 
@@ -30,6 +30,8 @@ def test_results_are_written_back_as_json_unless_unchanged() -> None:
     assert out[0] is msgs[0] and out[2] is msgs[2]  # not a result, and the very result it came with
     assert json.loads(out[1].content or "")["metadata"] == {"query": "new"}
     assert out[1].additional_kwargs == msgs[1].additional_kwargs
+    out[1].additional_kwargs["name"] = "changed"  # a copy: the message it came from keeps its own
+    assert msgs[1].additional_kwargs["name"] == "retrieve_context"
 
 
 def test_groups_keep_calls_with_results() -> None:
@@ -44,11 +46,3 @@ def test_groups_keep_calls_with_results() -> None:
     assert [list(s) for s in group_spans(msgs)] == [[0], [1, 2, 3], [4], [5]]
     assert current_turn_start(msgs) == 5
     assert current_turn_start([assistant("x")]) == 1
-
-
-def test_replace_text_copies_kwargs() -> None:
-    original = tool_result("c9", [])
-    new = replace_text(original, "{}")
-    assert new.content == "{}" and new.additional_kwargs == original.additional_kwargs
-    new.additional_kwargs["name"] = "changed"
-    assert original.additional_kwargs["name"] == "retrieve_context"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ragidx.budget.sentences import split_units
+from ragidx.sentences import split_units
 
 
 def test_markdown_lists_headings_and_lines_stay_apart() -> None:

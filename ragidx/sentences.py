@@ -1,4 +1,4 @@
-"""Sentence units for extractive compression (English and Russian).
+"""Sentence units of a text (English and Russian), for extractive compression and pseudo-queries.
 
 ``split_units`` cuts text into sentences without losing layout: each unit is a span of the original
 text, so selected units can be put back together with their own separators. Lines (list items,
