@@ -39,7 +39,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -61,6 +61,7 @@ from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget import ContextBudget, Fit, Renderer
 from ragidx.budget.messages import call_id, message_text, tool_results, with_results
 from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
+from ragidx.language import detect_language
 from ragidx.providers.chat import (
     ChatCaller,
     ContextOverflowError,
@@ -71,6 +72,7 @@ from ragidx.providers.chat import (
 )
 from ragidx.providers.chat import to_inline as inline
 from ragidx.providers.speed import AnswerDeadline
+from ragidx.terms import SNOWBALL_LANGUAGES, base_language
 
 logger = logging.getLogger(__name__)
 
@@ -749,7 +751,7 @@ def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
 
 
 def _answer_prompt(question: str, sources: Sequence[Article]) -> str:
-    language = answer_language(question)
+    language = answer_language(question, (a.language for a in sources))
     clause = f" Write the answer in {language}." if language else ""
     return ANSWER_PROMPT.format(sources=_source_lines(sources), question=question, language=clause)
 
@@ -770,13 +772,19 @@ def fence(content: str) -> str:
     return "<article>\n" + content.replace("</article>", "</ article>") + "\n</article>"
 
 
-def answer_language(question: str) -> str:
-    """The language to answer in when it is not English, by the question's script (``""`` for Latin)."""
+def answer_language(question: str, languages: Iterable[str | None] = ()) -> str:
+    """The language to answer in when it is not English (``""`` for English): the question's, told among
+    English, the shown articles' languages and Russian for a Cyrillic question (a short question is only
+    told apart reliably among a few). A language without a known English name is named by reference."""
+    candidates = {"en"} | {code for code in map(base_language, languages) if code}
     letters = [c for c in question if c.isalpha()]
-    if not letters:
+    if letters and sum("\u0400" <= c <= "\u04ff" for c in letters) / len(letters) > 0.3:
+        candidates.add("ru")
+    code = detect_language(question, candidates) if len(candidates) > 1 else "en"
+    if code is None or code == "en":
         return ""
-    cyrillic = sum("\u0400" <= c <= "\u04ff" for c in letters)
-    return "Russian" if cyrillic / len(letters) > 0.3 else ""
+    name = SNOWBALL_LANGUAGES.get(code)
+    return name.capitalize() if name else "the language of the question"
 
 
 def _norm(query: str) -> str:

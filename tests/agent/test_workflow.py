@@ -190,6 +190,13 @@ def test_article_text_is_fenced_as_data_and_cannot_close_its_fence() -> None:
     assert answer_language("Сколько стоит?") == "Russian" and answer_language("What is PGDATA?") == ""
 
 
+def test_the_answer_language_is_the_questions_among_the_shown_articles_languages() -> None:
+    assert answer_language("Wie füge ich eine Tabelle in Writer ein?", ["de", "en"]) == "German"
+    assert answer_language("How do I insert a table in Writer?", ["de", "en-US"]) == ""
+    assert answer_language("Как вставить таблицу?", ["en"]) == "Russian"  # Cyrillic over an English KB
+    assert answer_language("Як вставити таблицю у Writer?", ["uk"]) == "the language of the question"
+
+
 def long_tool(words: int = 3000) -> FunctionTool:
     def retrieve_context(query: str) -> str:
         """Search."""
