@@ -33,6 +33,7 @@ __all__ = [
     "SNOWBALL_LANGUAGES",
     "TERMS_FORMAT",
     "base_language",
+    "is_cyrillic_language",
     "is_stop_word",
     "stem",
     "terms",
@@ -89,6 +90,11 @@ def base_language(language: str | None) -> str | None:
     if not language:
         return None
     return re.split(r"[-_.]", language.strip().lower(), maxsplit=1)[0] or None
+
+
+def is_cyrillic_language(language: str | None) -> bool:
+    """Whether ``language`` (a tag such as ``'ru'`` or ``'uk-UA'``) is written in Cyrillic."""
+    return base_language(language) in _CYRILLIC_LANGUAGES
 
 
 @lru_cache(maxsize=32)

@@ -72,7 +72,7 @@ from ragidx.providers.chat import (
 )
 from ragidx.providers.chat import to_inline as inline
 from ragidx.providers.speed import AnswerDeadline
-from ragidx.terms import SNOWBALL_LANGUAGES, base_language
+from ragidx.terms import SNOWBALL_LANGUAGES, base_language, is_cyrillic_language
 
 logger = logging.getLogger(__name__)
 
@@ -774,13 +774,15 @@ def fence(content: str) -> str:
 
 def answer_language(question: str, languages: Iterable[str | None] = ()) -> str:
     """The language to answer in when it is not English (``""`` for English): the question's, told among
-    English, the shown articles' languages and Russian for a Cyrillic question (a short question is only
-    told apart reliably among a few). A language without a known English name is named by reference."""
-    candidates = {"en"} | {code for code in map(base_language, languages) if code}
+    English, the shown articles' languages and Russian for a Cyrillic question, those in the question's
+    script only (a short question is only told apart reliably among a few; one left needs no model). A
+    language without a known English name is named by reference."""
     letters = [c for c in question if c.isalpha()]
-    if letters and sum("\u0400" <= c <= "\u04ff" for c in letters) / len(letters) > 0.3:
-        candidates.add("ru")
-    code = detect_language(question, candidates) if len(candidates) > 1 else "en"
+    cyrillic = bool(letters) and sum("\u0400" <= c <= "\u04ff" for c in letters) / len(letters) > 0.3
+    candidates = {"ru" if cyrillic else "en"} | {
+        code for code in map(base_language, languages) if code and is_cyrillic_language(code) == cyrillic
+    }
+    code = detect_language(question, candidates) if len(candidates) > 1 else next(iter(candidates))
     if code is None or code == "en":
         return ""
     name = SNOWBALL_LANGUAGES.get(code)

@@ -197,6 +197,15 @@ def test_the_answer_language_is_the_questions_among_the_shown_articles_languages
     assert answer_language("Як вставити таблицю у Writer?", ["uk"]) == "the language of the question"
 
 
+def test_one_language_in_the_questions_script_needs_no_language_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_model(*args: object, **kwargs: object) -> str:
+        raise AssertionError("py3langid was asked")
+
+    monkeypatch.setattr("ragidx.agent.workflow.detect_language", no_model)
+    assert answer_language("Как вставить таблицу?", ["ru", "ru"]) == "Russian"
+    assert answer_language("How do I insert a table?", ["ru"]) == ""
+
+
 def long_tool(words: int = 3000) -> FunctionTool:
     def retrieve_context(query: str) -> str:
         """Search."""
