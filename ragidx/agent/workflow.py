@@ -643,7 +643,8 @@ class RagAgent(Workflow):
         if not_found:
             text, citations, method = NOT_FOUND_TEXT, [], "none"
         else:
-            text, citations, method = resolve_citations(restore_entities(text, sources), sources)
+            text = restore_entities(text, sources)
+            text, citations, method = resolve_citations(text, sources, question=turn.question)
         if turn.session_id is not None:
             final = (
                 turn.messages

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ragidx.agent.citations import resolve_citations, restore_entities
+from ragidx.agent.citations import check_markers, resolve_citations, restore_entities
 
 SOURCES = [
     {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."},
@@ -26,3 +26,71 @@ def test_text_without_entities_is_returned_as_is() -> None:
 def test_invalid_markers_are_dropped_and_valid_ones_cited_in_order() -> None:
     text, cites, method = resolve_citations("See [2] and [9], then [1].", SOURCES)
     assert (text, [c.kb_id for c in cites], method) == ("See [2] and , then [1].", ["html", "toc"], "markers")
+
+
+# --- markers checked against the statement they close -------------------------------------------------
+PG = [
+    {
+        "kb_id": "preset",
+        "title": "Preset Options",
+        "url": "",
+        "content": "block_size reports the size of a disk block, 8192 bytes.",
+    },
+    {
+        "kb_id": "resource",
+        "title": "Resource Consumption",
+        "url": "",
+        "content": "shared_buffers sets the memory for shared buffers. The default is 128MB.",
+    },
+    {
+        "kb_id": "wal",
+        "title": "Write Ahead Log",
+        "url": "",
+        "content": "wal_buffers is taken as WAL blocks of XLOG_BLCKSZ bytes.",
+    },
+]
+
+
+def test_a_marker_moves_to_the_source_that_holds_the_statement() -> None:
+    text, cites, method = resolve_citations(
+        "The default size of shared_buffers is 128MB.\n\n[1]",
+        PG,
+        question="What is the default size of shared_buffers?",
+    )
+    assert (text, [c.kb_id for c in cites], method) == (
+        "The default size of shared_buffers is 128MB.\n\n[2]",
+        ["resource"],
+        "markers",
+    )
+
+
+def test_words_the_question_uses_do_not_decide_the_source() -> None:
+    # "block" and "size" are in the question and in [1]; the value the answer adds is only in [2]
+    text = check_markers("The block size default is 128MB [1].", PG, question="What is the default block size?")
+    assert text == "The block size default is 128MB [2]."
+
+
+def test_a_marker_whose_source_holds_the_statement_stays() -> None:
+    text = "shared_buffers defaults to 128MB [2]; WAL blocks are XLOG_BLCKSZ bytes [3]."
+    assert check_markers(text, PG, question="shared_buffers?") == text
+
+
+def test_of_several_markers_the_unsupported_one_is_dropped() -> None:
+    text = check_markers("The default is 128MB [1][2].", PG, question="What is shared_buffers' default?")
+    assert text == "The default is 128MB [2]."
+
+
+def test_a_statement_no_source_holds_keeps_the_models_markers() -> None:
+    text = "Restart the cluster afterwards [1]."
+    assert check_markers(text, PG, question="How do I change it?") == text
+
+
+def test_a_source_holding_half_the_best_share_is_kept() -> None:
+    # shares weighted by rarity: b holds 3 of a's 4 words (0.65 of a's share), c only the common one
+    sources = [
+        {"kb_id": "a", "title": "", "content": "alpha beta gamma delta"},
+        {"kb_id": "b", "title": "", "content": "alpha beta gamma"},
+        {"kb_id": "c", "title": "", "content": "alpha"},
+    ]
+    assert check_markers("alpha beta gamma delta [2].", sources) == "alpha beta gamma delta [2]."
+    assert check_markers("alpha beta gamma delta [3].", sources) == "alpha beta gamma delta [1]."

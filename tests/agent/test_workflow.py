@@ -109,7 +109,7 @@ def test_forced_mode_plans_on_a_short_prompt_then_searches_question_and_plan_in_
     agent, llm = make_agent(
         [
             ToolCall("plan_searches", {"queries": ["insert table", "How do I insert a table and print it?", "print"]}),
-            "To print choose File > Print [2].",
+            "To create a chart select the data and choose Insert > Chart [2].",
         ],
         tool=make_tool(calls=calls),
         tool_mode="forced",
