@@ -22,6 +22,7 @@ import html
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -139,8 +140,16 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
+    elif _markers(streamed) != _markers(answer.text):
+        # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
+        # the text already on screen numbers its sources differently from the list below it
+        print(f"\n\nWith its citations checked against the articles shown:\n{answer.text}", end="")
     print()
     return answer
+
+
+def _markers(text: str) -> list[str]:
+    return re.findall(r"\[\d{1,3}\]", text)
 
 
 class _EntityUnescaper:

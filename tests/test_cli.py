@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +186,29 @@ def test_tune_prints_one_json_line_and_stores_the_choice(tmp_path: Path, capsys:
     assert set(row["settings"]) >= {"hybrid_alpha", "hybrid_fusion", "candidate_chunks", "reranker"}
     assert main(["--data-dir", data, "stats"]) == 0
     assert json.loads(capsys.readouterr().out)["tuned"] == row["picked"]
+
+
+class _StreamingEngine:
+    """An engine whose turn streams ``pieces`` and ends with ``answer`` (the CLI's edge only)."""
+
+    def __init__(self, pieces: list[str], answer: Any) -> None:
+        self.pieces, self.answer = pieces, answer
+
+    def stream_ask(self, question: str, *, progress: bool) -> Any:
+        yield from self.pieces
+        yield self.answer
+
+
+def test_streamed_text_is_reprinted_when_a_citation_was_moved(capsys: pytest.CaptureFixture[str]) -> None:
+    from ragidx.agent.answer import Answer, Citation
+    from ragidx.cli import _stream_answer
+
+    moved = Answer(question="q", text="The default is 128MB [2].", citations=[Citation(2, "res", "Resources", "")])
+    _stream_answer(_StreamingEngine(["The default is ", "128MB [1]."], moved), "q", progress=False)
+    out = capsys.readouterr().out
+    assert out.startswith("The default is 128MB [1].")
+    assert out.rstrip().endswith("With its citations checked against the articles shown:\nThe default is 128MB [2].")
+
+    kept = Answer(question="q", text="The default is 128MB [1].", citations=[Citation(1, "res", "Resources", "")])
+    _stream_answer(_StreamingEngine(["The default is 128MB [1]."], kept), "q", progress=False)
+    assert capsys.readouterr().out == "The default is 128MB [1].\n"
