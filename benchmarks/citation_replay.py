@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import ragidx.agent.citations as citations  # noqa: E402
+from benchmarks.prompt_recall import RecordingProvider  # noqa: E402
 from ragidx.config import LLMEndpoint, Settings  # noqa: E402
 from ragidx.engine import Engine  # noqa: E402
 from ragidx.evaluation.answers import (  # noqa: E402
@@ -41,38 +42,6 @@ from ragidx.evaluation.answers import (  # noqa: E402
     machine_line,
     store_texts,
 )
-from ragidx.providers.llms import LLMProvider  # noqa: E402
-from tests.fakes.scripted_llm import ScriptedLLM, ToolCall, text_of  # noqa: E402
-
-
-class ReplayProvider:
-    """Chat models that plan no extra search and answer with the recorded reply to the question asked."""
-
-    def __init__(self, replies: dict[str, str]) -> None:
-        self.replies = replies
-        self._real = LLMProvider()
-
-    def get(self, endpoint: LLMEndpoint) -> ScriptedLLM:
-        def step(messages: list[Any], call: Any) -> Any:
-            if call.tools:
-                return ToolCall("plan_searches", {"queries": []})
-            prompt = "\n".join(text_of(m) for m in messages)
-            asked = [q for q in self.replies if f"Question: {q}" in prompt]
-            return self.replies[max(asked, key=len)] if asked else "NOT_FOUND"
-
-        llm = ScriptedLLM([step], cycle=True)
-        llm.context_window = endpoint.context_window
-        llm.num_output = endpoint.max_output_tokens
-        return llm
-
-    def token_counter(self, endpoint: LLMEndpoint) -> Any:
-        return self._real.token_counter(endpoint)
-
-    def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: Any) -> None:
-        return None  # the recorded run's cap is given as --prompt-cap
-
-    def close(self) -> None:
-        self._real.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,13 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     llm = LLMEndpoint(model=args.model, context_window=args.window, max_prompt_tokens=args.prompt_cap)
     settings = Settings(data_dir=args.data_dir or Path(".ragidx"), llm=llm)
     replies = {q: r.get("model_text") or r.get("text") or "" for q, r in recorded.items()}
+
+    def reply(prompt: str) -> str:
+        """The recorded reply to the question the prompt asks (the longest match: one may contain another)."""
+        asked = [q for q in replies if f"Question: {q}" in prompt]
+        return replies[max(asked, key=len)] if asked else "NOT_FOUND"
+
     check = citations.check_markers
     result: dict[str, Any] = {"benchmark": "citation_replay", "dataset": data.label, "questions": len(questions)}
     for mode in ("as_written", "checked"):
         citations.check_markers = check if mode == "checked" else (lambda text, sources, **_: text)
         precision: list[float] = []
         same_shown = 0
-        with Engine(settings, llm_provider=ReplayProvider(replies)) as engine:  # type: ignore[arg-type]
+        with Engine(settings, llm_provider=RecordingProvider(reply)) as engine:  # type: ignore[arg-type]
             texts = store_texts(engine.article_store)
             for q in questions:
                 answer = engine.ask(q.question)

@@ -25,7 +25,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,12 @@ from tests.fakes.scripted_llm import ScriptedLLM, ToolCall, text_of  # noqa: E40
 
 
 class RecordingProvider:
-    """Chat models that plan no extra search and record the answer prompt; the real model's token counter."""
+    """Chat models that plan no extra search, record the answer prompt and answer ``reply(prompt)``
+    (by default a one-word answer citing [1]); the real model's token counter."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply: Callable[[str], str] = lambda prompt: "x [1]") -> None:
         self.prompts: list[str] = []
+        self.reply = reply
         self._real = LLMProvider()
 
     def get(self, endpoint: LLMEndpoint) -> ScriptedLLM:
@@ -54,7 +56,7 @@ class RecordingProvider:
             if call.tools:
                 return ToolCall("plan_searches", {"queries": []})
             self.prompts.append("\n".join(text_of(m) for m in messages))
-            return "x [1]"
+            return self.reply(self.prompts[-1])
 
         llm = ScriptedLLM([step], cycle=True)
         llm.context_window = endpoint.context_window
@@ -65,7 +67,7 @@ class RecordingProvider:
         return self._real.token_counter(endpoint)
 
     def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: Any) -> None:
-        return None  # prompts are measured at the windows asked for, never capped for time
+        return None  # prompts are measured at the windows or caps asked for, never capped for time
 
     def close(self) -> None:
         self._real.close()
