@@ -321,6 +321,8 @@ def ingest_page(engine: Any) -> None:
             st.success(result.summary())
         else:
             st.error(result.summary())
+        if result.report.get("language_warning"):
+            st.warning(result.report["language_warning"])
         if result.skipped:
             with st.expander(f"{result.name}: {len(result.skipped)} lines skipped"):
                 st.code("\n".join(result.skipped[:200]), language=None)

