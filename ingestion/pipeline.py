@@ -163,6 +163,7 @@ class Ingestor:
         self.tenant = tenant
         self.default_language = default_language
         self._pipeline: IngestionPipeline | None = None
+        self._embedding_checked = False
 
     @property
     def pipeline(self) -> IngestionPipeline:
@@ -242,6 +243,7 @@ class Ingestor:
         pending = self.article_store.pending_ids()
         if not pending:
             return 0
+        self._check_embedding()
         logger.warning(
             "%d articles are pending: left by an interrupted run (re-indexing them now) or being indexed by "
             "another process (waiting for it)",
@@ -277,6 +279,7 @@ class Ingestor:
                     todo.append(a)
             if not todo:
                 return
+            self._check_embedding()
             claim.save_pending(todo, source=source)
             self._index(claim, todo, report)
 
@@ -298,6 +301,15 @@ class Ingestor:
             counts[node.metadata["kb_id"]] += 1
         claim.mark_indexed(counts)
         report.chunks_written += len(nodes)
+
+    def _check_embedding(self) -> None:
+        """Before the first article is touched: the store's vectors must be this embedding model's
+        (``check_embedding_dim`` of the store raises a clear error naming the fix when they are not)."""
+        check = getattr(self.vector_store, "check_embedding_dim", None)
+        if self._embedding_checked or check is None:
+            return
+        check(len(self.embed_model.get_query_embedding("dimension check")))  # same width as a text's
+        self._embedding_checked = True
 
     def _check_languages(self, report: IngestReport) -> None:
         """Warn once, before the embedding time is spent, when the model cannot read many of the articles."""

@@ -137,6 +137,23 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             metadata={TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()},
         )
 
+    def check_embedding_dim(self, dim: int) -> None:
+        """Raise :class:`EmbeddingMismatch` when the table holds vectors of another width than ``dim``."""
+        table = self._open()
+        if table is not None:
+            self._check_dim(table, dim)
+
+    def _check_dim(self, table: Any, dim: int) -> None:
+        """A clear error when vectors of another embedding model meet this table (LanceDB's is a cast error)."""
+        stored = table.schema.field("vector").type.list_size
+        if stored != dim:
+            raise EmbeddingMismatch(
+                f"the index in {self.uri} holds {stored}-dimensional vectors ({_model_of(stored)}) but the "
+                f"embedding model now configured gives {dim} ({_model_of(dim)}): it was built with another "
+                "embed_model. Set embed_model (RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest "
+                "into a new data_dir with the new one."
+            )
+
     def _tenant_sql(self) -> str | None:
         return None if self.tenant is None else f"tenant = {sql_literal(self.tenant)}"
 
@@ -157,6 +174,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                     self.table_name, data=rows, schema=self._schema(dim), mode="create"
                 )
             else:
+                self._check_dim(table, dim)
                 if self._rebuild_terms(table):  # written by an older ragidx: give it the terms column first
                     table = self._table
                 table.add(rows)
@@ -367,6 +385,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     ) -> tuple[list[dict[str, Any]], list[float]]:
         if query.query_embedding is None:
             raise ValueError("vector search needs query_embedding")
+        self._check_dim(table, len(query.query_embedding))
         search = (
             table.search(query.query_embedding, vector_column_name="vector")
             .distance_type("cosine")
@@ -426,6 +445,17 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         node = TextNode(id_=row["id"], text=row["text"], metadata=meta)
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=row["kb_id"])
         return node
+
+
+class EmbeddingMismatch(ValueError):
+    """The configured embedding model does not match the vectors already in the index."""
+
+
+_KNOWN_DIMS = {384: "the default minilm", 512: "use-multilingual"}
+
+
+def _model_of(dim: int) -> str:
+    return _KNOWN_DIMS.get(dim, "another model")
 
 
 def chunk_terms(title: str | None, text: str | None, language: str | None) -> str:

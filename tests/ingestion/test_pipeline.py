@@ -397,3 +397,15 @@ def test_no_language_warning_where_the_model_reads_the_kb_or_says_nothing(
             report = Ingestor(store, ArticleStore(tmp_path / f"a{i}.sqlite"), embed).ingest([ENGLISH, *RUSSIAN])
             assert report.language_warning is None and report.languages == Counter({"ru": 3, "en": 1})
     assert not [r for r in caplog.records if "does not read" in r.getMessage()]
+
+
+def test_another_embedding_model_on_an_index_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from ragidx.stores.lancedb_store import EmbeddingMismatch
+
+    store, articles = LanceDBChunkStore(uri=tmp_path / "db"), ArticleStore(tmp_path / "a.sqlite")
+    Ingestor(store, articles, HashEmbedding(dim=16)).ingest([ENGLISH])
+    wider = HashEmbedding(dim=32)
+    with pytest.raises(EmbeddingMismatch, match="holds 16-dimensional vectors"):
+        Ingestor(store, articles, wider).ingest(RUSSIAN)
+    assert wider.calls == 0 and articles.pending_ids() == [] and articles.indexed_ids() == ["en"]
+    assert store.count() == 1  # the English article's chunk, untouched

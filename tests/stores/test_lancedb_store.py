@@ -19,7 +19,7 @@ from llama_index.core.vector_stores.types import (
 from ingestion.pipeline import Ingestor, chunk_id
 from ragidx.article import Article
 from ragidx.stores.article_store import ArticleStore
-from ragidx.stores.lancedb_store import LanceDBChunkStore, filters_to_sql, sql_literal
+from ragidx.stores.lancedb_store import EmbeddingMismatch, LanceDBChunkStore, filters_to_sql, sql_literal
 from tests.fakes.hash_embedding import HashEmbedding
 
 EMB = HashEmbedding(dim=64)
@@ -114,6 +114,21 @@ def test_finalize_builds_text_and_kb_id_indexes_once(store: LanceDBChunkStore) -
     assert {("terms",), ("kb_id",)} <= columns
     store.finalize()  # idempotent
     assert len(table.list_indices()) == len(columns)
+
+
+def test_another_embedding_models_vectors_are_a_clear_error_and_change_nothing(store: LanceDBChunkStore) -> None:
+    other = HashEmbedding(dim=512)  # the multilingual USE's width, against this index's 64
+    new = TextNode(id_=chunk_id("new", 0), text="new", metadata={"kb_id": "new", "chunk_no": 0})
+    new.embedding = other.get_text_embedding("new")
+    with pytest.raises(EmbeddingMismatch, match=r"holds 64-dimensional vectors .* gives 512 \(use-multilingual\)"):
+        store.add([new])
+    for mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.HYBRID):
+        q = VectorStoreQuery(query_str="table", query_embedding=other.get_query_embedding("table"), mode=mode)
+        with pytest.raises(EmbeddingMismatch, match="ingest into a new data_dir"):
+            store.query(q)
+    assert (
+        store.count() == 7 and kb_ids(store.query(query("insert a table", VectorStoreQueryMode.DEFAULT)))[0] == "tables"
+    )
 
 
 def test_empty_store_answers_empty(tmp_path: Path) -> None:
