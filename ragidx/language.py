@@ -28,9 +28,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from ragidx.article import Article
 from ragidx.terms import base_language
 
-__all__ = ["ARTICLE_SAMPLE_CHARS", "detect_language"]
+__all__ = ["ARTICLE_SAMPLE_CHARS", "article_language", "detect_language"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +88,11 @@ def detect_language(text: str, candidates: Iterable[str] | None = None) -> str |
         return sorted(wanted)[0] if wanted else None
     language, _ = identifier.classify(sample)
     return str(language)
+
+
+def article_language(article: Article, default_language: str | None = None) -> str:
+    """An article's language (ISO 639-1): its own ``lang``, else ``default_language``, else detected ('' if not)."""
+    declared = base_language(article.language) or base_language(default_language)
+    if declared:
+        return declared
+    return detect_language(f"{article.title}\n{article.content}") or ""

@@ -49,7 +49,7 @@ def test_secrets_are_masked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_are_the_offline_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     s = Settings()
-    assert (s.store, s.embed_model, s.reranker, s.llm.is_local) == ("lancedb", "minilm", "offline", True)
+    assert (s.store, s.embed_model, s.reranker, s.llm.is_local) == ("lancedb", "auto", "offline", True)
 
 
 @pytest.mark.parametrize(

@@ -216,3 +216,40 @@ def test_a_new_question_searches_uncapped_after_a_full_prompt(tmp_path: Path, wr
         assert first.budget_reports[-1].article_cap == 1  # the 700-token prompt was full
         second = engine.ask("How do I insert page numbers in a footer?")
     assert second.queries and len(second.budget_reports[-1].articles) == 5  # the search was not capped to 1
+
+
+# --- embed_model "auto" -----------------------------------------------------------------------------
+KB_DIR = Path(__file__).resolve().parents[1] / "ragidx" / "data" / "kb"
+
+
+def _kb_file(path: Path, en: int, ru: int) -> Path:
+    """``en`` English sample articles followed by ``ru`` Russian ones, as one JSONL file."""
+    lines = []
+    for name, n in (("libreoffice_en_sample.jsonl", en), ("libreoffice_ru_sample.jsonl", ru)):
+        with open(KB_DIR / name, encoding="utf-8") as fh:
+            lines += [line for _, line in zip(range(n), fh, strict=False)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_auto_embeds_a_mostly_russian_kb_with_the_multilingual_model_and_the_index_remembers(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_extensions", reason="the 'multilingual' extra is not installed")
+    kb = _kb_file(tmp_path / "kb.jsonl", en=24, ru=16)  # English first: the whole file is sampled, not its head
+    with Engine(Settings(data_dir=tmp_path / "data")) as engine:
+        assert engine.embed_model_name == "minilm"  # an empty index, nothing to read back yet
+        report = engine.ingest(kb)
+        assert report.new == 40 and report.languages == {"en": 24, "ru": 16} and report.language_warning is None
+        assert engine.embed_model_name == "use-multilingual"
+    with Engine(Settings(data_dir=tmp_path / "data")) as again:  # another process on the same data_dir
+        assert again.stats()["embed_model"] == "use-multilingual"
+        top = again.retrieve("как вставить таблицу", top_k=3)
+        assert top and top[0].kb_id.startswith("libreoffice-7.4-help-ru:"), [a.title for a in top]
+
+
+def test_auto_keeps_minilm_for_english_and_an_explicit_model_is_never_second_guessed(tmp_path: Path) -> None:
+    with Engine(Settings(data_dir=tmp_path / "en")) as engine:
+        engine.ingest(_kb_file(tmp_path / "en.jsonl", en=12, ru=0))
+        assert engine.embed_model_name == "minilm" and engine.stats()["embed_model"] == "minilm"
+    with Engine(Settings(data_dir=tmp_path / "ru", embed_model="minilm")) as engine:
+        report = engine.ingest(_kb_file(tmp_path / "ru.jsonl", en=0, ru=6))
+        assert engine.embed_model_name == "minilm" and report.language_warning is not None

@@ -114,9 +114,10 @@ def ingest_upload(
         path = Path(tmp) / _safe_name(name)
         path.write_bytes(data)
         total = count_items(path)
+        items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=read_source(path))
         ingestor = engine.ingestor()
         ingestor.batch_articles = batch_articles
-        report = ingestor.ingest(_counted(read_source(path), total, on_progress), source=name)
+        report = ingestor.ingest(items, source=name)
     skipped = [e.replace(str(path), name) for e in report.errors]
     if report.seen == 0:
         first = "; ".join(skipped[:3]) or "no article found"

@@ -481,8 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     if not dataset.queries:
         print(f"ragidx eval retrieval: no judged queries in {args.beir}", file=sys.stderr)
         return 2
+    from ragidx.providers.embedding_choice import AUTO_EMBED_MODEL, choose_embed_model, sample_languages
     from ragidx.providers.embeddings import build_embed_model
 
+    if settings.embed_model == AUTO_EMBED_MODEL:  # what the engine would pick for this corpus
+        chosen = choose_embed_model(sample_languages(dataset.articles(), settings.default_language))
+        settings = settings.model_copy(update={"embed_model": chosen})
     embed_model = build_embed_model(settings)
     cache_dir = args.cache_dir or settings.data_dir / "eval-cache"
     result = evaluate(

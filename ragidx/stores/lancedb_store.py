@@ -137,6 +137,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             metadata={TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()},
         )
 
+    def vector_dim(self) -> int | None:
+        """The width of the vectors this table holds; None while there is no table."""
+        table = self._open()
+        return None if table is None else int(table.schema.field("vector").type.list_size)
+
     def check_embedding_dim(self, dim: int) -> None:
         """Raise :class:`EmbeddingMismatch` when the table holds vectors of another width than ``dim``."""
         table = self._open()
