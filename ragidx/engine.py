@@ -80,10 +80,16 @@ class Engine:
         """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
         :attr:`embed_model_name`)."""
         if self._embed_model is None:
-            self._embed_model = build_embed_model(
-                self.settings.model_copy(update={"embed_model": self.embed_model_name})
-            )
+            self._embed_model = self._build_embed_model(self.embed_model_name)
         return self._embed_model
+
+    def _build_embed_model(self, name: str) -> Any:
+        return build_embed_model(self.settings.model_copy(update={"embed_model": name}))
+
+    def _index_dim(self) -> int | None:
+        """The width of the vectors the chunk store holds (None: empty, or a store that cannot tell)."""
+        vector_dim = getattr(self.chunk_store, "vector_dim", None)
+        return vector_dim() if vector_dim is not None else None
 
     @property
     def embed_model_name(self) -> str:
@@ -96,8 +102,7 @@ class Engine:
             return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
         if self.settings.embed_model != AUTO_EMBED_MODEL:
             return self.settings.embed_model
-        vector_dim = getattr(self.chunk_store, "vector_dim", None)
-        return (model_for_dim(vector_dim()) if vector_dim is not None else None) or BUNDLED_MINILM
+        return model_for_dim(self._index_dim()) or BUNDLED_MINILM
 
     def choose_embedding(
         self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None
@@ -117,12 +122,11 @@ class Engine:
             sample_languages,
         )
 
-        vector_dim = getattr(self.chunk_store, "vector_dim", None)
         if (
             self._embed_model_given
             or self.settings.embed_model != AUTO_EMBED_MODEL
-            or vector_dim is None
-            or vector_dim() is not None
+            or not hasattr(self.chunk_store, "vector_dim")  # a store that cannot tell: MiniLM (Weaviate)
+            or self._index_dim() is not None
         ):
             return items
         if sample is not None:
@@ -135,7 +139,7 @@ class Engine:
         chosen = choose_embed_model(languages)
         if chosen != self.embed_model_name:
             logger.info("embed_model auto: %s for this knowledge base (languages %s)", chosen, dict(languages))
-            self._embed_model = build_embed_model(self.settings.model_copy(update={"embed_model": chosen}))
+            self._embed_model = self._build_embed_model(chosen)
             self._rebuild_retrieval()
         return items
 

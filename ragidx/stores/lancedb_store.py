@@ -90,6 +90,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     _table: Any = PrivateAttr(default=None)
     _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
     _languages: tuple[int, frozenset[str]] | None = PrivateAttr(default=None)
+    _dim: tuple[Any, int] | None = PrivateAttr(default=None)
+    """(the table object, the width of its vectors): read once per opened table, not per query."""
 
     def __init__(self, uri: str | Path, **kwargs: Any) -> None:
         super().__init__(uri=str(uri), **kwargs)
@@ -140,7 +142,12 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     def vector_dim(self) -> int | None:
         """The width of the vectors this table holds; None while there is no table."""
         table = self._open()
-        return None if table is None else int(table.schema.field("vector").type.list_size)
+        return None if table is None else self._table_dim(table)
+
+    def _table_dim(self, table: Any) -> int:
+        if self._dim is None or self._dim[0] is not table:
+            self._dim = (table, int(table.schema.field("vector").type.list_size))
+        return self._dim[1]
 
     def check_embedding_dim(self, dim: int) -> None:
         """Raise :class:`EmbeddingMismatch` when the table holds vectors of another width than ``dim``."""
@@ -150,11 +157,16 @@ class LanceDBChunkStore(BasePydanticVectorStore):
 
     def _check_dim(self, table: Any, dim: int) -> None:
         """A clear error when vectors of another embedding model meet this table (LanceDB's is a cast error)."""
-        stored = table.schema.field("vector").type.list_size
+        stored = self._table_dim(table)
         if stored != dim:
+            from ragidx.providers.embedding_choice import model_for_dim
+
+            def model_of(width: int) -> str:
+                return model_for_dim(width) or "another model"
+
             raise EmbeddingMismatch(
-                f"the index in {self.uri} holds {stored}-dimensional vectors ({_model_of(stored)}) but the "
-                f"embedding model now configured gives {dim} ({_model_of(dim)}): it was built with another "
+                f"the index in {self.uri} holds {stored}-dimensional vectors ({model_of(stored)}) but the "
+                f"embedding model now configured gives {dim} ({model_of(dim)}): it was built with another "
                 "embed_model. Set embed_model (RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest "
                 "into a new data_dir with the new one."
             )
@@ -454,13 +466,6 @@ class LanceDBChunkStore(BasePydanticVectorStore):
 
 class EmbeddingMismatch(ValueError):
     """The configured embedding model does not match the vectors already in the index."""
-
-
-_KNOWN_DIMS = {384: "the default minilm", 512: "use-multilingual"}
-
-
-def _model_of(dim: int) -> str:
-    return _KNOWN_DIMS.get(dim, "another model")
 
 
 def chunk_terms(title: str | None, text: str | None, language: str | None) -> str:
