@@ -125,7 +125,7 @@ class Engine:
         if (
             self._embed_model_given
             or self.settings.embed_model != AUTO_EMBED_MODEL
-            or not hasattr(self.chunk_store, "vector_dim")  # a store that cannot tell: MiniLM (Weaviate)
+            or not hasattr(self.chunk_store, "vector_dim")  # a store that cannot tell keeps MiniLM
             or self._index_dim() is not None
         ):
             return items

@@ -159,17 +159,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         """A clear error when vectors of another embedding model meet this table (LanceDB's is a cast error)."""
         stored = self._table_dim(table)
         if stored != dim:
-            from ragidx.providers.embedding_choice import model_for_dim
-
-            def model_of(width: int) -> str:
-                return model_for_dim(width) or "another model"
-
-            raise EmbeddingMismatch(
-                f"the index in {self.uri} holds {stored}-dimensional vectors ({model_of(stored)}) but the "
-                f"embedding model now configured gives {dim} ({model_of(dim)}): it was built with another "
-                "embed_model. Set embed_model (RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest "
-                "into a new data_dir with the new one."
-            )
+            raise EmbeddingMismatch.between(f"the index in {self.uri}", stored, dim)
 
     def _tenant_sql(self) -> str | None:
         return None if self.tenant is None else f"tenant = {sql_literal(self.tenant)}"
@@ -466,6 +456,21 @@ class LanceDBChunkStore(BasePydanticVectorStore):
 
 class EmbeddingMismatch(ValueError):
     """The configured embedding model does not match the vectors already in the index."""
+
+    @classmethod
+    def between(cls, where: str, stored: int, dim: int, *, elsewhere: str = "a new data_dir") -> EmbeddingMismatch:
+        """The error for ``where`` (the index, named for the user) holding ``stored``-wide vectors when the
+        configured model gives ``dim``: which models those are and what to do (``elsewhere``: a fresh index)."""
+        from ragidx.providers.embedding_choice import model_for_dim
+
+        def model_of(width: int) -> str:
+            return model_for_dim(width) or "another model"
+
+        return cls(
+            f"{where} holds {stored}-dimensional vectors ({model_of(stored)}) but the embedding model now "
+            f"configured gives {dim} ({model_of(dim)}): it was built with another embed_model. Set embed_model "
+            f"(RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest into {elsewhere} with the new one."
+        )
 
 
 def chunk_terms(title: str | None, text: str | None, language: str | None) -> str:

@@ -7,6 +7,9 @@ Fixes over the integration as shipped (1.7.x):
 - a tenant is a property filter on every query and delete (the integration has no tenants);
 - ``delete_articles`` removes the chunks of many articles in one ``delete_many``;
 - ``finalize`` is a no-op (Weaviate indexes as it writes), so ingestion has one code path;
+- ``vector_dim`` reads the width of the collection's vectors back (so ``embed_model="auto"`` finds the model
+  the collection was built with, as on LanceDB), and vectors of another width are refused with
+  :class:`EmbeddingMismatch` before a write or a query instead of Weaviate's own error;
 - keyword search is language-aware, as on LanceDB: each chunk gets a ``search_terms`` property (its
   title and text as ``ragidx.terms`` stems in the chunk's language, space-separated), and BM25 runs on
   that property alone with the query stemmed in its own language (detected among the collection's
@@ -33,7 +36,7 @@ from llama_index.vector_stores.weaviate.utils import get_data_object
 from pydantic import PrivateAttr
 
 from ragidx.language import detect_language
-from ragidx.stores.lancedb_store import chunk_terms
+from ragidx.stores.lancedb_store import EmbeddingMismatch, chunk_terms
 from ragidx.terms import terms
 
 DEFAULT_ALPHA = 0.5
@@ -51,6 +54,7 @@ class WeaviateChunkStore(WeaviateVectorStore):
 
     _tenant: str | None = PrivateAttr(default=None)
     _languages: frozenset[str] | None = PrivateAttr(default=None)
+    _dim: int | None = PrivateAttr(default=None)
 
     def __init__(self, *args: Any, tenant: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +83,8 @@ class WeaviateChunkStore(WeaviateVectorStore):
         self, query: VectorStoreQuery, property_types: dict[str, Any] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         fusion = kwargs.pop("fusion", None)  # ours, not a query.hybrid argument
+        if query.query_embedding:
+            self.check_embedding_dim(len(query.query_embedding))
         params: dict[str, Any] = super().get_query_parameters(query, property_types=property_types, **kwargs)
         if query.query_str:
             params["query"] = self.query_terms(query.query_str)
@@ -99,6 +105,9 @@ class WeaviateChunkStore(WeaviateVectorStore):
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         """Write the chunks with their vectors and a ``search_terms`` property (see the module docstring)."""
+        widths = {len(n.embedding) for n in nodes if n.embedding}
+        for width in widths:
+            self.check_embedding_dim(width)
         batch_writer = self._custom_batch or self.client.batch.dynamic()
         with batch_writer as batch:
             for node in nodes:
@@ -117,7 +126,36 @@ class WeaviateChunkStore(WeaviateVectorStore):
                     vector=data_object.vector,
                 )
         self._languages = None
+        if widths and self._dim is None:
+            self._dim = next(iter(widths))
         return [n.node_id for n in nodes]
+
+    def vector_dim(self) -> int | None:
+        """The width of the collection's vectors, read from one stored object (None while it holds none).
+
+        Collection-wide, not per tenant: all tenants share one vector index, so one embedding model.
+        """
+        if self._dim is None:
+            collection = self.client.collections.get(self.index_name)
+            found = collection.query.fetch_objects(limit=1, include_vector=True)
+            for obj in getattr(found, "objects", None) or []:
+                vector = obj.vector
+                if isinstance(vector, dict):  # named vectors; the integration writes the default one
+                    vector = next(iter(vector.values()), None)
+                if vector:
+                    self._dim = len(vector)
+        return self._dim
+
+    def check_embedding_dim(self, dim: int) -> None:
+        """Raise :class:`EmbeddingMismatch` when the collection holds vectors of another width than ``dim``."""
+        stored = self.vector_dim()
+        if stored is not None and stored != dim:
+            raise EmbeddingMismatch.between(
+                f"the Weaviate collection {self.index_name}",
+                stored,
+                dim,
+                elsewhere="a new collection (RAGIDX_COLLECTION)",
+            )
 
     def languages(self) -> frozenset[str]:
         """The chunks' ``language`` values in the collection, asked once per store (and after each add)."""

@@ -18,6 +18,7 @@ from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
+from ragidx.stores.lancedb_store import EmbeddingMismatch
 from ragidx.stores.weaviate_store import WeaviateChunkStore
 
 
@@ -131,6 +132,38 @@ def test_results_are_parsed_into_nodes_with_scores() -> None:
     assert result.nodes[0].get_content() == "Insert a table."
 
 
+def test_the_vectors_width_is_read_back_and_another_width_refused_before_any_request() -> None:
+    store, collection = mock_store(tenant="acme")
+    collection.query.fetch_objects.return_value = SimpleNamespace(objects=[])
+    assert store.vector_dim() is None  # empty: any model may start it
+    store.check_embedding_dim(512)
+    stored = SimpleNamespace(vector={"default": [0.0] * 384}, properties={}, uuid="u")
+    collection.query.fetch_objects.return_value = SimpleNamespace(objects=[stored])
+    assert store.vector_dim() == 384
+    # the whole collection, not the tenant's share: all tenants live in one vector index
+    assert collection.query.fetch_objects.call_args.kwargs == {"limit": 1, "include_vector": True}
+    store.check_embedding_dim(384)
+    with pytest.raises(EmbeddingMismatch, match=r"Weaviate collection Articles holds 384.*\(minilm\).*512"):
+        store.query(VectorStoreQuery(query_str="table", query_embedding=[0.1] * 512, similarity_top_k=3))
+    collection.query.hybrid.assert_not_called()
+    node = TextNode(id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", embedding=[0.1] * 512)
+    store.client.batch = MagicMock()
+    with pytest.raises(EmbeddingMismatch, match="a new collection"):
+        store.add([node])
+    store.client.batch.dynamic.assert_not_called()  # nothing written
+
+
+def test_a_first_write_sets_the_width_without_asking_again() -> None:
+    store, collection = mock_store()
+    collection.query.fetch_objects.return_value = SimpleNamespace(objects=[])
+    store.client.batch = MagicMock()
+    node = TextNode(id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", embedding=[0.1] * 384)
+    node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="k1")
+    store.add([node])
+    asked = collection.query.fetch_objects.call_count
+    assert store.vector_dim() == 384 and collection.query.fetch_objects.call_count == asked
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(not os.environ.get("WEAVIATE_URL"), reason="set WEAVIATE_URL to run against a Weaviate server")
 def test_live_ingest_and_search(tmp_path: object) -> None:
@@ -158,6 +191,11 @@ def test_live_ingest_and_search(tmp_path: object) -> None:
         before = store.count()
         ing.ingest(corpus(6), source="gen")
         assert store.count() == before > 0  # idempotent
+        fresh = build_weaviate_store(settings)  # another process's view: the width read from a stored object
+        try:
+            assert fresh.vector_dim() == 32
+        finally:
+            fresh.client.close()
         emb = HashEmbedding(dim=32)
         text = "Sentence 3 of article 4 talks about topic4"
         for alpha in (0.0, 0.5, 1.0):
