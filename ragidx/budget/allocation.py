@@ -5,8 +5,8 @@ An article's wish is a share of its own tokens, linear in its normalized rank: 8
 clamped between a per-article minimum and the article's own size. The minimum adapts to small budgets
 (``max(100, budget // (2 * n))``, never above the configured one). An article shown beside compressed
 ones must be worth reading: the worst-ranked articles are dropped (allocation 0) while the survivors could
-not each get a third of the budget or 300 tokens, whichever is less (or their whole text), and a lone
-survivor gets what is left.
+not each get a third of the budget or 300 tokens, whichever is less, but at least 200 (or their whole
+text), and a lone survivor gets what is left.
 
 Example:
     >>> allocate_article_budgets([0.0, 1.0], [1000, 1000], 1000, min_tokens=100)
@@ -37,10 +37,15 @@ MIN_PARTIAL_TOKENS = 32
 """A dropped article still gets the leftover budget when at least this much (or its whole size) is left."""
 MIN_SHOWN_SHARE = 1 / 3
 MIN_SHOWN_TOKENS = 300
+READABLE_TOKENS = 200
 """An article shown beside compressed ones can count on ``min(MIN_SHOWN_SHARE * budget, MIN_SHOWN_TOKENS)``
-tokens (or its whole text). Measured with ``benchmarks/prompt_recall.py`` at a 1,024-token prompt cap: three
-articles at a third each held the answer more often than five fragments (PostgreSQL 0.73 → 0.82,
-LibreOffice en 0.73 → 0.85, ru 0.70 → 0.83; HotpotQA's short paragraphs, shown whole, 0.80 either way)."""
+tokens, never less than ``READABLE_TOKENS`` (or its whole text). Measured with ``benchmarks/prompt_recall.py``
+(how often the gold answer reaches the prompt): at a 1,024-token prompt cap three articles at a third each held
+the answer more often than five fragments (PostgreSQL 0.73 → 0.82, LibreOffice en 0.73 → 0.85, ru 0.70 → 0.83;
+HotpotQA's short paragraphs, shown whole, 0.80 either way); at a 768-token cap, where a third is under 200
+tokens, two articles held it more often than three (PostgreSQL, the set looked at, 0.70 → 0.79; LibreOffice en
+0.73 → 0.81, ru 0.78 → 0.91, HotpotQA 0.76 → 0.76). Article budgets of 600 tokens or more (caps from ~850)
+are unchanged by the floor."""
 BEST_SHARE = 0.8
 WORST_SHARE = 0.3
 
@@ -168,7 +173,7 @@ def allocate_article_budgets(
         return list(sizes)
     floor_all = adaptive_min_tokens(budget, n, min_tokens)
     floors = [min(floor_all, s) for s in sizes]
-    shown = max(floor_all, min(int(budget * MIN_SHOWN_SHARE), MIN_SHOWN_TOKENS))
+    shown = max(floor_all, min(int(budget * MIN_SHOWN_SHARE), MIN_SHOWN_TOKENS), min(READABLE_TOKENS, budget))
     # Best first; drop the worst while the survivors can't each be paid their share of the budget.
     order = sorted(range(n), key=lambda i: (min(1.0, max(0.0, ranks[i])), i))
     kept = list(order)

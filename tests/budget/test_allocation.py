@@ -36,8 +36,9 @@ def test_best_keeps_most_and_budget_is_filled() -> None:
 def test_small_budget_lowers_minimum_then_drops_worst_first() -> None:
     assert adaptive_min_tokens(1500, 5, 300) == 150
     assert adaptive_min_tokens(300, 5, 300) == 100
-    alloc = allocate_article_budgets([0.0, 0.5, 1.0], [1000] * 3, 250, min_tokens=300)
-    assert alloc[2] == 0 and alloc[0] >= alloc[1] >= 100 and sum(alloc) == 250
+    alloc = allocate_article_budgets([0.0, 0.5, 1.0], [1000] * 3, 450, min_tokens=300)
+    assert alloc[2] == 0 and alloc[0] >= alloc[1] >= 100 and sum(alloc) == 450
+    assert allocate_article_budgets([0.0, 0.5, 1.0], [1000] * 3, 250, min_tokens=300) == [250, 0, 0]
     assert allocate_article_budgets([1.0, 0.0], [1000, 1000], 60, min_tokens=300) == [0, 60]
 
 
@@ -45,6 +46,11 @@ def test_a_tight_budget_shows_fewer_articles_each_worth_reading() -> None:
     ranks = [0.0, 0.25, 0.5, 0.75, 1.0]
     alloc = allocate_article_budgets(ranks, [5000] * 5, 770, min_tokens=100)  # a 1,024-token prompt cap
     assert alloc[3:] == [0, 0] and sum(alloc) == 770 and all(a >= 100 for a in alloc[:3])
+    # tighter (a 768-token cap): a third each would be under 200 tokens, so two articles, not three fragments
+    alloc = allocate_article_budgets(ranks, [5000] * 5, 540, min_tokens=100)
+    assert alloc[2:] == [0, 0, 0] and sum(alloc) == 540 and all(a >= 200 for a in alloc[:2])
+    # and one readable piece rather than two scraps when even two would not get 200 each
+    assert allocate_article_budgets(ranks, [5000] * 5, 350, min_tokens=100) == [350, 0, 0, 0, 0]
     # short articles that fit whole stay; each shown article can count on 300 tokens when the budget is larger
     assert 0 not in allocate_article_budgets(ranks, [5000, 120, 120, 120, 120], 770, min_tokens=100)
     assert 0 not in allocate_article_budgets(ranks, [1000] * 5, 1600, min_tokens=100)
