@@ -124,23 +124,24 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
     """Print what the turn does (stderr) and the answer's text as it comes (stdout); return the ``Answer``."""
     from ragidx.agent.answer import Progress
+    from ragidx.agent.workflow import strip_echoed_sources
 
     streamed = ""
     answer: Any = None
-    shown = _EntityUnescaper()
+    shown, held = _EntityUnescaper(), _EchoHold()
     for item in engine.stream_ask(question, progress=progress):
         if isinstance(item, Progress):
             print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
             streamed += item
-            print(shown.feed(item), end="", flush=True)
+            print(held.feed(shown.feed(item)), end="", flush=True)
         else:
             answer = item
-    print(shown.flush(), end="")
+    print(held.feed(shown.flush()) + held.flush(answer.articles), end="")
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
-    elif _markers(streamed) != _markers(answer.text):
+    elif _markers(strip_echoed_sources(streamed, answer.articles)) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
         # the text already on screen numbers its sources differently from the list below it
         print(f"\n\nWith its citations checked against the articles shown:\n{answer.text}", end="")
@@ -150,6 +151,52 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
 
 def _markers(text: str) -> list[str]:
     return re.findall(r"\[\d{1,3}\]", text)
+
+
+class _EchoHold:
+    r"""Holds back, while the answer streams, a line that may open a copy of the prompt's source list
+    ("Sources:" and what follows), and at the end prints it only if it was not one: the CLI prints ragidx's own
+    list below the answer (``strip_echoed_sources`` decides, as it does for the answer's text).
+
+    Example:
+        >>> h = _EchoHold()
+        >>> h.feed("Use Table [1].\n\nSou") + h.feed("rces:\n[1] Tables") + h.flush([{"title": "Tables"}])
+        'Use Table [1].'
+    """
+
+    _OPENINGS = ("sources:", "source:", "источники:")
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._shown = 0
+        self._hold_at: int | None = None
+
+    def feed(self, piece: str) -> str:
+        from ragidx.agent.workflow import SOURCES_HEADING
+
+        self._text += piece
+        if self._hold_at is None:
+            line_start = self._text.rfind("\n") + 1
+            heading = SOURCES_HEADING.search(self._text, self._shown, line_start)
+            if heading is not None:
+                self._hold_at = len(self._text[: heading.start()].rstrip())  # with the blank lines before it
+            else:
+                line = self._text[line_start:].strip().lstrip("*").casefold()
+                could_open = bool(line) and any(o.startswith(line) or line.startswith(o) for o in self._OPENINGS)
+                # trailing blank lines wait for the next words: they may come before a copied list
+                return self._emit(len((self._text[:line_start] if could_open else self._text).rstrip()))
+        return self._emit(self._hold_at)
+
+    def flush(self, sources: Any) -> str:
+        from ragidx.agent.workflow import strip_echoed_sources
+
+        kept = strip_echoed_sources(self._text, sources)
+        return self._emit(len(kept) if len(kept) < len(self._text) else len(self._text))
+
+    def _emit(self, end: int) -> str:
+        end = max(end, self._shown)
+        out, self._shown = self._text[self._shown : end], end
+        return out
 
 
 class _EntityUnescaper:

@@ -212,3 +212,18 @@ def test_streamed_text_is_reprinted_when_a_citation_was_moved(capsys: pytest.Cap
     kept = Answer(question="q", text="The default is 128MB [1].", citations=[Citation(1, "res", "Resources", "")])
     _stream_answer(_StreamingEngine(["The default is 128MB [1]."], kept), "q", progress=False)
     assert capsys.readouterr().out == "The default is 128MB [1].\n"
+
+
+def test_a_source_list_the_model_copies_after_its_answer_is_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    from ragidx.agent.answer import Answer, Citation
+    from ragidx.cli import _stream_answer
+
+    articles = [{"kb_id": "t", "title": "Tables"}, {"kb_id": "p", "title": "Printing"}]
+    answer = Answer(question="q", text="Use Table [1].", citations=[Citation(1, "t", "Tables", "")], articles=articles)
+    pieces = ["Use Table [1].", "\n\nSou", "rces:\n[1] Tab", "les\n[2] Printing"]
+    _stream_answer(_StreamingEngine(pieces, answer), "q", progress=False)
+    assert capsys.readouterr().out == "Use Table [1].\n"  # the CLI's own list follows; no reprint either
+    # a line that only starts like one is printed as written
+    answer = Answer(question="q", text="Source code is in [1].", citations=[Citation(1, "t", "Tables", "")])
+    _stream_answer(_StreamingEngine(["Sou", "rce code is in [1]."], answer), "q", progress=False)
+    assert capsys.readouterr().out == "Source code is in [1].\n"

@@ -434,6 +434,7 @@ class RagAgent(Workflow):
             return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
+        cleaned = strip_echoed_sources(cleaned, sources)
         if not not_found and _echoes_sources(cleaned, sources):
             logger.info("the model only repeated the source list: answering not found")
             not_found = True
@@ -749,6 +750,22 @@ def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
         return False
     items = [_LIST_MARKERS.sub("", line).strip().rstrip(".").casefold() for line in lines]
     return all(item in titles or _PLACEHOLDER.match(item) for item in items)
+
+
+# "Sources:", "**Sources:**", "Источники:" alone on a line
+SOURCES_HEADING = re.compile(
+    r"^[ \t]*(?:\*\*)?(?:sources?|источники)(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M
+)
+
+
+def strip_echoed_sources(text: str, sources: Sequence[dict[str, Any]]) -> str:
+    """``text`` without a trailing copy of the prompt's source list ("…\n\nSources:\n[2] Tables\n[3] Charts"),
+    which small models append after their answer; the list below the answer is ragidx's own."""
+    for heading in reversed(list(SOURCES_HEADING.finditer(text))):
+        body, listed = text[: heading.start()].rstrip(), text[heading.end() :]
+        if body and _echoes_sources(listed, sources):
+            return body
+    return text
 
 
 def _answer_prompt(question: str, sources: Sequence[Article]) -> str:

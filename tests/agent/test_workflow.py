@@ -589,3 +589,15 @@ def test_an_answer_that_is_a_list_of_steps_is_not_an_echo() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Choose Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table?")
     assert not answer.not_found and answer.citations
+
+
+def test_a_source_list_echoed_after_the_answer_is_dropped() -> None:
+    # Qwen2.5-1.5B on `make demo`'s question: the answer, then the prompt's "Sources:" list copied
+    agent, _ = make_agent(["Select the table, then choose File > Print [1].\n\nSources:\n[1] Tables\n[2] Printing"],
+                          tool_mode="forced", plan="never")  # fmt: skip
+    answer = ask(agent, "How do I print a table?")
+    assert answer.text == "Select the table, then choose File > Print [1]." and len(answer.citations) == 1
+    # a closing list that names something no article is titled is the model's own text and stays
+    agent, _ = make_agent(["Choose File > Print [1].\n\n**Sources:**\n[1] Tables\n[2] The Writer Guide"],
+                          tool_mode="forced", plan="never")  # fmt: skip
+    assert "Writer Guide" in ask(agent, "How do I print a table?").text
