@@ -124,7 +124,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
     """Print what the turn does (stderr) and the answer's text as it comes (stdout); return the ``Answer``."""
     from ragidx.agent.answer import Progress
-    from ragidx.agent.workflow import strip_echoed_sources
 
     streamed = ""
     answer: Any = None
@@ -141,7 +140,7 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
-    elif _markers(strip_echoed_sources(streamed, answer.articles)) != _markers(answer.text):
+    elif _markers(held.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
         # the text already on screen numbers its sources differently from the list below it
         print(f"\n\nWith its citations checked against the articles shown:\n{answer.text}", end="")
@@ -164,15 +163,13 @@ class _EchoHold:
         'Use Table [1].'
     """
 
-    _OPENINGS = ("sources:", "source:", "источники:")
-
     def __init__(self) -> None:
         self._text = ""
         self._shown = 0
         self._hold_at: int | None = None
 
     def feed(self, piece: str) -> str:
-        from ragidx.agent.workflow import SOURCES_HEADING
+        from ragidx.agent.workflow import SOURCES_HEADING, SOURCES_WORDS
 
         self._text += piece
         if self._hold_at is None:
@@ -182,7 +179,8 @@ class _EchoHold:
                 self._hold_at = len(self._text[: heading.start()].rstrip())  # with the blank lines before it
             else:
                 line = self._text[line_start:].strip().lstrip("*").casefold()
-                could_open = bool(line) and any(o.startswith(line) or line.startswith(o) for o in self._OPENINGS)
+                openings = (f"{word}:" for word in SOURCES_WORDS)
+                could_open = bool(line) and any(o.startswith(line) or line.startswith(o) for o in openings)
                 # trailing blank lines wait for the next words: they may come before a copied list
                 return self._emit(len((self._text[:line_start] if could_open else self._text).rstrip()))
         return self._emit(self._hold_at)
@@ -192,6 +190,11 @@ class _EchoHold:
 
         kept = strip_echoed_sources(self._text, sources)
         return self._emit(len(kept) if len(kept) < len(self._text) else len(self._text))
+
+    @property
+    def printed(self) -> str:
+        """What is on screen so far (after ``flush``: the answer without a copied list)."""
+        return self._text[: self._shown]
 
     def _emit(self, end: int) -> str:
         end = max(end, self._shown)

@@ -752,9 +752,10 @@ def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
     return all(item in titles or _PLACEHOLDER.match(item) for item in items)
 
 
-# "Sources:", "**Sources:**", "Источники:" alone on a line
+SOURCES_WORDS = ("sources", "source", "источники")
+"""Words that head a copied source list: "Sources:", "**Sources:**", "Источники:" alone on a line."""
 SOURCES_HEADING = re.compile(
-    r"^[ \t]*(?:\*\*)?(?:sources?|источники)(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M
+    rf"^[ \t]*(?:\*\*)?(?:{'|'.join(SOURCES_WORDS)})(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M
 )
 
 
