@@ -10,6 +10,7 @@
     ragidx eval retrieval --beir DIR [--limit N]
     ragidx eval compression --hotpotqa FILE [--limit N]
     ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
+    ragidx runtime [status | native [--sdist FILE] [--force] | portable]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
 ``--data-dir`` overrides where the stores live.
@@ -306,6 +307,39 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return int(compression_main(args.rest) or 0)
 
 
+def cmd_runtime(args: argparse.Namespace) -> int:
+    from ragidx.providers import native_runtime as nr
+
+    if args.action == "status":
+        print(json.dumps(nr.installed_runtime().as_dict()))
+        return 0
+    if args.action == "portable":
+        runtime = nr.installed_runtime()
+        restored = nr.restore_portable(runtime.lib_dir.parent)
+        print(json.dumps({"restored": restored, **nr.installed_runtime().as_dict()}))
+        return 0
+    from ragidx.providers.local_llm import assemble_gguf
+
+    settings = _settings(args)
+    model = assemble_gguf(settings.llm.model, settings.model_cache_dir)
+    print("building llama.cpp's CPU libraries for this CPU (about a minute on 2 cores) ...", file=sys.stderr)
+    try:
+        report = nr.make_native(
+            model,
+            threads=settings.local_llm_threads,
+            sdist=Path(args.sdist) if args.sdist else None,
+            force=args.force,
+        )
+    except nr.NativeRuntimeError as exc:
+        print(
+            f"ragidx: no native build: {exc}\nThe portable build stays in use (answers work, only slower).",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(report.as_dict()))
+    return 0
+
+
 FLASH_HELP = "an LLM picks the best articles from the chain's candidates (RAGIDX_FLASH__* settings)"
 
 
@@ -374,6 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", choices=["retrieval", "compression", "answers"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of that evaluation (see its --help)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "runtime",
+        help="the local model's llama.cpp build: status, native (build ggml for this CPU: about twice as fast "
+        "on AVX-512 CPUs) or portable (put the installed one back)",
+    )
+    p.add_argument("action", nargs="?", choices=["status", "native", "portable"], default="status")
+    p.add_argument("--sdist", help="llama-cpp-python source archive of the installed release (default: pip download)")
+    p.add_argument("--force", action="store_true", help="install the native build even if it is not faster")
+    p.set_defaults(func=cmd_runtime)
     return parser
 
 

@@ -84,17 +84,21 @@ def _blend(old: float, new: float, weight: float) -> float:
 
 
 def machine_key(model: str, threads: int) -> str:
-    """What a speed depends on: the model, the thread count, the CPU and the llama.cpp build."""
+    """What a speed depends on: the model, the thread count, the CPU and the llama.cpp build (release and
+    whether its ggml is the portable or a native one, see :mod:`ragidx.providers.native_runtime`)."""
+    from ragidx.providers.native_runtime import runtime_id
+
     try:
         import llama_cpp
 
         runtime = f"llama_cpp {llama_cpp.__version__}"
     except ImportError:  # pragma: no cover - the local model needs it
         runtime = "llama_cpp ?"
-    return f"{Path(model).name}|threads={threads}|{_cpu_name()}|{runtime}"
+    return f"{Path(model).name}|threads={threads}|{cpu_name()}|{runtime}|{runtime_id()}"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
