@@ -45,6 +45,10 @@ TUNABLE_FIELDS = (
 # The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
 # containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
 LOCAL_ANSWER_DEADLINE_S = 30.0
+# ... and the most prompt tokens that deadline may ask for on a fast CPU (a native llama.cpp build reads ~150
+# tokens/s on 2 AVX-512 cores: 30 s would allow ~4K tokens). Measured there with `ragidx eval answers`: 1.5K
+# tokens answered no more questions than 1K (PostgreSQL 0.73 both, LibreOffice en 0.69 both) and took 6 s longer.
+LOCAL_MAX_ANSWER_PROMPT_TOKENS = 1024
 
 
 class LLMEndpoint(BaseModel):
@@ -110,6 +114,13 @@ class LLMEndpoint(BaseModel):
         default=1024,
         ge=128,
         description="The answer-time deadline never caps the answer's prompt below this many tokens.",
+    )
+    max_answer_prompt_tokens: int | None = Field(
+        default=LOCAL_MAX_ANSWER_PROMPT_TOKENS,
+        ge=128,
+        description="However fast the model reads, the answer-time deadline never lets the answer's prompt grow "
+        "past this many tokens (more answered no better and took longer; README, 'Answer time'). "
+        "None: the deadline alone decides.",
     )
 
     @property

@@ -95,7 +95,14 @@ class LLMProvider:
                 logger.warning("could not measure the model's speed (%s); answers are not capped for time", exc)
                 return None
             log.put(key, speed)
-        return AnswerDeadline(seconds, speed, floor_tokens=endpoint.min_prompt_tokens, log=log, key=key)
+        return AnswerDeadline(
+            seconds,
+            speed,
+            floor_tokens=endpoint.min_prompt_tokens,
+            ceiling_tokens=endpoint.max_answer_prompt_tokens,
+            log=log,
+            key=key,
+        )
 
     def local_server(self, endpoint: LLMEndpoint) -> LocalLLMServer:
         """The (not yet started) server for a local endpoint; one per model and window."""

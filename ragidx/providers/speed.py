@@ -186,6 +186,8 @@ class AnswerDeadline:
         deadline_s: the whole answer's target, from the question to the last token.
         speed: the model's current rates.
         floor_tokens: never cap the prompt below this (below it answers get worse faster than they get quicker).
+        ceiling_tokens: never let the prompt grow past this however fast the model reads (past it a small model
+            answers worse, not better); None: no ceiling.
         log / key: where to keep refreshed rates (optional).
 
     Example:
@@ -200,19 +202,22 @@ class AnswerDeadline:
         speed: ModelSpeed,
         *,
         floor_tokens: int = 768,
+        ceiling_tokens: int | None = None,
         log: SpeedLog | None = None,
         key: str = "",
     ) -> None:
         self.deadline_s = deadline_s
         self.speed = speed
         self.floor_tokens = floor_tokens
+        self.ceiling_tokens = ceiling_tokens
         self.log = log
         self.key = key
         self._lock = threading.Lock()
 
     def prompt_cap(self, elapsed_s: float) -> int:
         """Prompt tokens the answer call may use, ``elapsed_s`` into the turn."""
-        return max(self.floor_tokens, self.speed.prompt_tokens_within(self.deadline_s - elapsed_s))
+        cap = max(self.floor_tokens, self.speed.prompt_tokens_within(self.deadline_s - elapsed_s))
+        return cap if self.ceiling_tokens is None else min(cap, max(self.ceiling_tokens, self.floor_tokens))
 
     def observe(self, *, prompt_tokens: int, ttft_s: float, completion_tokens: int, total_s: float) -> None:
         with self._lock:

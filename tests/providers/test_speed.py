@@ -24,6 +24,15 @@ def test_time_already_spent_in_the_turn_shrinks_the_cap_down_to_the_floor() -> N
     assert deadline.prompt_cap(elapsed_s=39.0) == 300
 
 
+def test_a_fast_model_is_held_to_the_ceiling_and_the_floor_still_wins_over_it() -> None:
+    fast = ModelSpeed(150.0, 26.0, answer_tokens=52.0)  # a native build on 2 AVX-512 cores: 28 s -> 4,200 tokens
+    assert AnswerDeadline(30.0, fast, floor_tokens=1024).prompt_cap(elapsed_s=0.0) == 4200
+    held = AnswerDeadline(30.0, fast, floor_tokens=1024, ceiling_tokens=1536)
+    assert held.prompt_cap(elapsed_s=0.0) == 1536
+    assert held.prompt_cap(elapsed_s=25.0) == 1024  # late in the turn the deadline is tighter than the ceiling
+    assert AnswerDeadline(30.0, fast, floor_tokens=1024, ceiling_tokens=512).prompt_cap(elapsed_s=0.0) == 1024
+
+
 def test_real_calls_move_the_rates_and_a_prompt_cache_hit_is_ignored() -> None:
     speed = ModelSpeed(prefill_tps=30.0, decode_tps=4.0, answer_tokens=40.0)
     slower = speed.observed(prompt_tokens=1000, ttft_s=50.0, completion_tokens=61, total_s=70.0)
@@ -80,6 +89,7 @@ def test_the_provider_probes_once_per_machine_and_leaves_endpoints_uncapped(tmp_
     timed = endpoint.model_copy(update={"answer_deadline_s": 45.0})
     deadline = provider.answer_deadline(timed, llm, counter)
     assert deadline is not None and deadline.deadline_s == 45.0 and len(llm.calls) == 1
+    assert (deadline.floor_tokens, deadline.ceiling_tokens) == (timed.min_prompt_tokens, timed.max_answer_prompt_tokens)
     again = LLMProvider(model_cache_dir=tmp_path).answer_deadline(timed, llm, counter)
     assert again is not None and again.speed == deadline.speed and len(llm.calls) == 1  # read from the log
     assert (tmp_path / "speeds.json").is_file()
