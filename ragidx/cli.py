@@ -318,10 +318,12 @@ def cmd_runtime(args: argparse.Namespace) -> int:
         restored = nr.restore_portable(runtime.lib_dir.parent)
         print(json.dumps({"restored": restored, **nr.installed_runtime().as_dict()}))
         return 0
+    from ragidx.config import LLMEndpoint
     from ragidx.providers.local_llm import assemble_gguf
 
     settings = _settings(args)
-    model = assemble_gguf(settings.llm.model, settings.model_cache_dir)
+    local = settings.llm.model if settings.llm.is_local else LLMEndpoint().model  # the check needs a local model
+    model = assemble_gguf(local, settings.model_cache_dir)
     print("building llama.cpp's CPU libraries for this CPU (about a minute on 2 cores) ...", file=sys.stderr)
     try:
         report = nr.make_native(
