@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,14 +132,15 @@ def installed_runtime(package_dir: Path | None = None) -> Runtime:
 
 
 def runtime_id() -> str:
-    """A short name for the ggml build in use, for keying measured speeds (a native build reads faster)."""
+    """The llama.cpp in use, release and ggml build, for keying measured speeds (a native build reads faster);
+    read from the files, without loading the library."""
     try:
         runtime = installed_runtime()
     except NativeRuntimeError:
-        return "none"
+        return "llama_cpp ?"
     cpu = _cpu_lib(runtime.lib_dir)
     size = cpu.stat().st_size if cpu is not None else 0
-    return f"{runtime.build}:{size}"
+    return f"llama_cpp {runtime.version}|{runtime.build}:{size}"
 
 
 def _read_version(package_dir: Path) -> str:
@@ -272,14 +274,19 @@ def install_native(package_dir: Path, built_dir: Path, report: dict[str, Any]) -
         for path in ggml_files(lib_dir):
             shutil.copy2(path, backup / path.name)
     for path in ggml_files(lib_dir):
-        tmp = path.with_name(path.name + ".ragidx-tmp")
-        shutil.copyfile((built_dir / path.name).resolve(), tmp)
-        os.replace(tmp, path)
+        _replace(path, (built_dir / path.name).resolve())
     cpu = _cpu_lib(lib_dir)
     assert cpu is not None  # ggml_files found it above
     marker = {**report, "libggml_cpu_sha256": _digest(cpu)}
     (lib_dir / MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True))
     return installed_runtime(package_dir)
+
+
+def _replace(target: Path, source: Path) -> None:
+    """``target`` becomes a copy of ``source`` in one rename: a loaded library never sees a half-written file."""
+    tmp = target.with_name(target.name + ".ragidx-tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
 
 
 def restore_portable(package_dir: Path) -> bool:
@@ -291,9 +298,7 @@ def restore_portable(package_dir: Path) -> bool:
         (lib_dir / MARKER).unlink(missing_ok=True)
         return False
     for path in saved:
-        tmp = lib_dir / (path.name + ".ragidx-tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, lib_dir / path.name)
+        _replace(lib_dir / path.name, path)
     (lib_dir / MARKER).unlink(missing_ok=True)
     return True
 
@@ -323,8 +328,6 @@ def make_native(
     jobs: int | None = None,
 ) -> NativeReport:
     """Fetch, build, check and (when faster) install the native ggml libraries; see the module docstring."""
-    import time
-
     t0 = time.perf_counter()
     runtime = installed_runtime()
     package_dir = runtime.lib_dir.parent

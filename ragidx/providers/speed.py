@@ -88,13 +88,7 @@ def machine_key(model: str, threads: int) -> str:
     whether its ggml is the portable or a native one, see :mod:`ragidx.providers.native_runtime`)."""
     from ragidx.providers.native_runtime import runtime_id
 
-    try:
-        import llama_cpp
-
-        runtime = f"llama_cpp {llama_cpp.__version__}"
-    except ImportError:  # pragma: no cover - the local model needs it
-        runtime = "llama_cpp ?"
-    return f"{Path(model).name}|threads={threads}|{cpu_name()}|{runtime}|{runtime_id()}"
+    return f"{Path(model).name}|threads={threads}|{cpu_name()}|{runtime_id()}"
 
 
 def cpu_name() -> str:
