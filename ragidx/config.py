@@ -247,10 +247,11 @@ class Settings(BaseSettings):
     # --- embeddings and chunking ------------------------------------------------------------
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
-        description="'auto' (default): per index, 'minilm' for an English KB, 'use-multilingual' when a fifth or "
+        description="'auto' (default): per index, 'minilm' for an English KB, 'e5-multilingual' when a fifth or "
         "more of the first articles ingested are in another language it reads (needs the 'multilingual' extra), "
-        "then read back from the index; 'minilm' (bundled, English), 'use-multilingual' (Universal Sentence "
-        "Encoder multilingual v3, 16 languages), a local sentence-transformers folder, or a model name.",
+        "then read back from the index; 'minilm' (bundled, English), 'e5-multilingual' (multilingual-e5-small, "
+        "4-bit, ~100 languages), 'use-multilingual' (Universal Sentence Encoder multilingual v3, 16 languages, "
+        "~6x faster to ingest, weaker), a local sentence-transformers folder, or a model name.",
     )
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."

@@ -102,7 +102,23 @@ class Engine:
             return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
         if self.settings.embed_model != AUTO_EMBED_MODEL:
             return self.settings.embed_model
-        return model_for_dim(self._index_dim()) or BUNDLED_MINILM
+        return self._index_model() or model_for_dim(self._index_dim()) or BUNDLED_MINILM
+
+    def _index_model(self) -> str | None:
+        """The embedding model the chunk store records for its vectors (None: empty, made before the record,
+        or a store that does not record it)."""
+        recorded = getattr(self.chunk_store, "embed_model_name", None)
+        return recorded() if recorded is not None else None
+
+    def _check_index_model(self) -> None:
+        """Before searching: a model named in the settings must be the one the index was built with, also when
+        their vectors are as wide (multilingual-e5 and MiniLM), where the search would run and find nonsense."""
+        from ragidx.stores.lancedb_store import EmbeddingMismatch
+
+        recorded = self._index_model()
+        configured = self.embed_model_name
+        if recorded and configured != recorded:
+            raise EmbeddingMismatch.of_models(f"the index in {self.settings.data_dir}", recorded, configured)
 
     def choose_embedding(
         self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None
@@ -169,6 +185,7 @@ class Engine:
         if self._retriever is None:
             from ragidx.retrieval.factory import build_retriever
 
+            self._check_index_model()
             flash = self._build_flash() if self.settings.flash.enabled else None
             self._retriever = build_retriever(
                 self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash

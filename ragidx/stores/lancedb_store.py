@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
 TERMS_COLUMN = "terms"
 TERMS_FORMAT_KEY = b"ragidx.terms_format"
+EMBED_MODEL_KEY = b"ragidx.embed_model"
+"""Schema metadata: the ``embed_model`` whose vectors the table holds (:meth:`LanceDBChunkStore.check_embedding`)."""
 VECTOR_INDEX_MIN_ROWS = 20_000
 FINALIZE_ATTEMPTS = 5
 
@@ -91,6 +93,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
     _languages: tuple[int, frozenset[str]] | None = PrivateAttr(default=None)
     _dim: tuple[Any, int] | None = PrivateAttr(default=None)
+    _model_name: str | None = PrivateAttr(default=None)
+    """The embedding model of the vectors being written (:meth:`check_embedding`), recorded in a new table."""
     """(the table object, the width of its vectors): read once per opened table, not per query."""
 
     def __init__(self, uri: str | Path, **kwargs: Any) -> None:
@@ -122,6 +126,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             return self._table
 
     def _schema(self, dim: int) -> pa.Schema:
+        metadata = {TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()}
+        if self._model_name:
+            metadata[EMBED_MODEL_KEY] = self._model_name.encode()
         return pa.schema(
             [
                 pa.field("id", pa.string()),
@@ -136,7 +143,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 pa.field("vector", pa.list_(pa.float32(), dim)),
                 pa.field(TERMS_COLUMN, pa.string()),
             ],
-            metadata={TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()},
+            metadata=metadata,
         )
 
     def vector_dim(self) -> int | None:
@@ -149,11 +156,34 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             self._dim = (table, int(table.schema.field("vector").type.list_size))
         return self._dim[1]
 
+    def embed_model_name(self) -> str | None:
+        """The embedding model this table's vectors were made with, as recorded when it was created; None while
+        there is no table, or for a table made before ragidx recorded it (then only :meth:`vector_dim` tells)."""
+        table = self._open()
+        if table is None:
+            return None
+        recorded = (table.schema.metadata or {}).get(EMBED_MODEL_KEY)
+        return recorded.decode() if recorded else None
+
     def check_embedding_dim(self, dim: int) -> None:
         """Raise :class:`EmbeddingMismatch` when the table holds vectors of another width than ``dim``."""
         table = self._open()
         if table is not None:
             self._check_dim(table, dim)
+
+    def check_embedding(self, dim: int, model_name: str | None) -> None:
+        """Before writing: the vectors of ``model_name`` (``dim`` wide) must be the table's, by width and, where
+        both are known, by name (multilingual-e5 and MiniLM are both 384 wide). A table created after this
+        call records ``model_name``."""
+        with self._lock:
+            self._model_name = model_name
+            table = self._open()
+            if table is None:
+                return
+            self._check_dim(table, dim)
+            recorded = self.embed_model_name()
+            if recorded and model_name and recorded != model_name:
+                raise EmbeddingMismatch.of_models(f"the index in {self.uri}", recorded, model_name)
 
     def _check_dim(self, table: Any, dim: int) -> None:
         """A clear error when vectors of another embedding model meet this table (LanceDB's is a cast error)."""
@@ -470,6 +500,17 @@ class EmbeddingMismatch(ValueError):
             f"{where} holds {stored}-dimensional vectors ({model_of(stored)}) but the embedding model now "
             f"configured gives {dim} ({model_of(dim)}): it was built with another embed_model. Set embed_model "
             f"(RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest into {elsewhere} with the new one."
+        )
+
+    @classmethod
+    def of_models(
+        cls, where: str, recorded: str, configured: str, *, elsewhere: str = "a new data_dir"
+    ) -> EmbeddingMismatch:
+        """The error for vectors of the same width made by another model than the one configured."""
+        return cls(
+            f"{where} was built with embed_model {recorded!r} but {configured!r} is configured now (their vectors "
+            f'are as wide, not comparable). Set embed_model (RAGIDX_EMBED_MODEL) to {recorded!r}, or "auto", '
+            f"which reads it from the index, or ingest into {elsewhere} with {configured!r}."
         )
 
 

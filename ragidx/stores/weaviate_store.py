@@ -9,7 +9,9 @@ Fixes over the integration as shipped (1.7.x):
 - ``finalize`` is a no-op (Weaviate indexes as it writes), so ingestion has one code path;
 - ``vector_dim`` reads the width of the collection's vectors back (so ``embed_model="auto"`` finds the model
   the collection was built with, as on LanceDB), and vectors of another width are refused with
-  :class:`EmbeddingMismatch` before a write or a query instead of Weaviate's own error;
+  :class:`EmbeddingMismatch` before a write or a query instead of Weaviate's own error; each chunk also
+  carries the ``embed_model`` that embedded it (``embed_model_name``), which tells models of the same width
+  apart (multilingual-e5 and MiniLM);
 - keyword search is language-aware, as on LanceDB: each chunk gets a ``search_terms`` property (its
   title and text as ``ragidx.terms`` stems in the chunk's language, space-separated), and BM25 runs on
   that property alone with the query stemmed in its own language (detected among the collection's
@@ -41,6 +43,7 @@ from ragidx.terms import terms
 
 DEFAULT_ALPHA = 0.5
 TERMS_PROPERTY = "search_terms"
+EMBED_MODEL_PROPERTY = "embed_model"
 
 
 class WeaviateChunkStore(WeaviateVectorStore):
@@ -55,6 +58,8 @@ class WeaviateChunkStore(WeaviateVectorStore):
     _tenant: str | None = PrivateAttr(default=None)
     _languages: frozenset[str] | None = PrivateAttr(default=None)
     _dim: int | None = PrivateAttr(default=None)
+    _recorded_model: str | None = PrivateAttr(default=None)
+    _model_name: str | None = PrivateAttr(default=None)
 
     def __init__(self, *args: Any, tenant: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -119,6 +124,8 @@ class WeaviateChunkStore(WeaviateVectorStore):
                         str(meta.get("title") or ""), node.get_content(), meta.get("language") or None
                     ),
                 }
+                if self._model_name:
+                    properties[EMBED_MODEL_PROPERTY] = self._model_name
                 batch.add_object(
                     collection=self.index_name,
                     properties=properties,
@@ -128,6 +135,7 @@ class WeaviateChunkStore(WeaviateVectorStore):
         self._languages = None
         if widths and self._dim is None:
             self._dim = next(iter(widths))
+            self._recorded_model = self._model_name
         return [n.node_id for n in nodes]
 
     def vector_dim(self) -> int | None:
@@ -144,7 +152,29 @@ class WeaviateChunkStore(WeaviateVectorStore):
                     vector = next(iter(vector.values()), None)
                 if vector:
                     self._dim = len(vector)
+                    recorded = (getattr(obj, "properties", None) or {}).get(EMBED_MODEL_PROPERTY)
+                    self._recorded_model = recorded if isinstance(recorded, str) and recorded else None
         return self._dim
+
+    def embed_model_name(self) -> str | None:
+        """The ``embed_model`` the collection's chunks were embedded with (read from the same stored object as
+        :meth:`vector_dim`); None while it is empty or for chunks written before ragidx recorded it."""
+        self.vector_dim()
+        return self._recorded_model
+
+    def check_embedding(self, dim: int, model_name: str | None) -> None:
+        """Before writing: width and, where both are known, name must match (``LanceDBChunkStore.check_embedding``);
+        the chunks written next record ``model_name``."""
+        self._model_name = model_name
+        self.check_embedding_dim(dim)
+        recorded = self.embed_model_name()
+        if recorded and model_name and recorded != model_name:
+            raise EmbeddingMismatch.of_models(
+                f"the Weaviate collection {self.index_name}",
+                recorded,
+                model_name,
+                elsewhere="a new collection (RAGIDX_COLLECTION)",
+            )
 
     def check_embedding_dim(self, dim: int) -> None:
         """Raise :class:`EmbeddingMismatch` when the collection holds vectors of another width than ``dim``."""

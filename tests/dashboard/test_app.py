@@ -168,7 +168,7 @@ def test_a_russian_upload_on_an_english_only_model_says_what_to_use(dashboard_en
     at = upload(start("ingest"), ("ferns_ru.jsonl", (json.dumps(article, ensure_ascii=False) + "\n").encode()))
     assert at.success[0].value.startswith("ferns_ru.jsonl: 1 articles read — 1 new")
     assert len(at.warning) == 1 and "does not read (ru: 1" in at.warning[0].value
-    assert "RAGIDX_EMBED_MODEL=use-multilingual" in at.warning[0].value
+    assert "RAGIDX_EMBED_MODEL=e5-multilingual" in at.warning[0].value
 
 
 @pytest.mark.parametrize(

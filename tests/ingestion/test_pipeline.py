@@ -383,7 +383,7 @@ def test_a_mostly_russian_kb_on_the_english_only_minilm_is_told_what_to_use_once
     warnings = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
     assert len(warnings) == 1, warnings  # once, at the first batch over the share, not per batch
     assert "1 of 2 articles" in warnings[0] and "ru: 1" in warnings[0] and "'minilm'" in warnings[0]
-    assert "RAGIDX_EMBED_MODEL=use-multilingual" in warnings[0]
+    assert "RAGIDX_EMBED_MODEL=e5-multilingual" in warnings[0]
     assert report.as_dict()["language_warning"] == warnings[0] and report.as_dict()["languages"] == {"en": 1, "ru": 3}
 
 

@@ -131,6 +131,30 @@ def test_another_embedding_models_vectors_are_a_clear_error_and_change_nothing(s
     )
 
 
+def test_a_new_table_records_its_embedding_model_and_refuses_another_of_the_same_width(tmp_path: Path) -> None:
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    assert s.embed_model_name() is None
+    s.check_embedding(64, "e5-multilingual")  # no table yet: anything may start it
+    s.add([node("tables", TEXTS["tables"])])
+    reopened = LanceDBChunkStore(uri=tmp_path / "db")
+    assert reopened.embed_model_name() == "e5-multilingual" and reopened.vector_dim() == 64
+    reopened.check_embedding(64, "e5-multilingual")
+    with pytest.raises(EmbeddingMismatch, match=r"built with embed_model 'e5-multilingual' but 'minilm'.*as wide"):
+        reopened.check_embedding(64, "minilm")
+    with pytest.raises(EmbeddingMismatch, match="holds 64-dimensional vectors"):
+        reopened.check_embedding(512, "use-multilingual")  # the width still speaks first
+    reopened.add([node("charts", TEXTS["charts"])])  # the same model writes on
+    reopened.finalize()  # rebuilding indexes keeps the record
+    assert LanceDBChunkStore(uri=tmp_path / "db").embed_model_name() == "e5-multilingual"
+
+
+def test_a_table_made_before_the_record_is_checked_by_width_only(store: LanceDBChunkStore) -> None:
+    assert store.embed_model_name() is None  # the fixture wrote without check_embedding, as older ragidx did
+    store.check_embedding(64, "minilm")
+    with pytest.raises(EmbeddingMismatch, match="holds 64-dimensional"):
+        store.check_embedding(384, "minilm")
+
+
 def test_empty_store_answers_empty(tmp_path: Path) -> None:
     s = LanceDBChunkStore(uri=tmp_path / "empty")
     assert s.query(query("x", VectorStoreQueryMode.HYBRID)).nodes == []

@@ -214,3 +214,28 @@ def test_live_ingest_and_search(tmp_path: object) -> None:
     finally:
         store.client.collections.delete("RagidxTest")
         store.client.close()
+
+
+def test_chunks_record_their_embedding_model_and_another_of_the_same_width_is_refused() -> None:
+    store, collection = mock_store()
+    collection.query.fetch_objects.return_value = SimpleNamespace(objects=[])
+    store.client.batch = MagicMock()
+    store.check_embedding(384, "e5-multilingual")  # empty: anything may start it
+    node = TextNode(id_="6f1c2a52-0000-4c1e-9a55-2c1d0b7a9e11", text="Insert a table.", embedding=[0.1] * 384)
+    store.add([node])
+    batch = store.client.batch.dynamic.return_value.__enter__.return_value
+    assert batch.add_object.call_args.kwargs["properties"]["embed_model"] == "e5-multilingual"
+    assert store.embed_model_name() == "e5-multilingual"
+    # another process reads it back from one stored object
+    other, collection = mock_store()
+    stored = SimpleNamespace(vector={"default": [0.0] * 384}, properties={"embed_model": "e5-multilingual"}, uuid="u")
+    collection.query.fetch_objects.return_value = SimpleNamespace(objects=[stored])
+    assert other.embed_model_name() == "e5-multilingual" and other.vector_dim() == 384
+    with pytest.raises(EmbeddingMismatch, match=r"built with embed_model 'e5-multilingual' but 'minilm'.*collection"):
+        other.check_embedding(384, "minilm")
+    older, collection = mock_store()
+    collection.query.fetch_objects.return_value = SimpleNamespace(
+        objects=[SimpleNamespace(vector=[0.0] * 384, properties={}, uuid="u")]
+    )
+    assert older.embed_model_name() is None  # written before the record: the width alone speaks
+    older.check_embedding(384, "minilm")

