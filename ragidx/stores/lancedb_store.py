@@ -93,9 +93,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
     _languages: tuple[int, frozenset[str]] | None = PrivateAttr(default=None)
     _dim: tuple[Any, int] | None = PrivateAttr(default=None)
+    """(the table object, the width of its vectors): read once per opened table, not per query."""
     _model_name: str | None = PrivateAttr(default=None)
     """The embedding model of the vectors being written (:meth:`check_embedding`), recorded in a new table."""
-    """(the table object, the width of its vectors): read once per opened table, not per query."""
 
     def __init__(self, uri: str | Path, **kwargs: Any) -> None:
         super().__init__(uri=str(uri), **kwargs)
