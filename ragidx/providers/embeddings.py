@@ -67,13 +67,29 @@ DEFAULT_EMBED_BACKEND: EmbedBackend = "onnx"
 
 
 class EncoderEmbedding(BaseEmbedding):
-    """A ``BaseEmbedding`` over one in-process batch encoder: a subclass implements ``_encode`` (texts →
-    normalized vectors); queries and texts are embedded alike, and the async call runs it inline."""
+    """A ``BaseEmbedding`` over one in-process batch encoder: a subclass implements ``_load`` (the encoder,
+    called once, on first use of :attr:`model`) and ``_encode`` (texts → normalized vectors); queries and
+    texts are embedded alike, and the async call runs it inline."""
+
+    _model: Any = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def languages(self) -> frozenset[str] | None:
         """The languages (ISO 639-1) this model embeds by meaning; None when not known (no check is made)."""
         return None
+
+    @property
+    def model(self) -> Any:
+        """The encoder, loaded on first use (once, also when several threads ask at the same time)."""
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    self._model = self._load()
+        return self._model
+
+    def _load(self) -> Any:
+        raise NotImplementedError
 
     def _encode(self, texts: list[str]) -> list[Embedding]:
         raise NotImplementedError
@@ -112,9 +128,6 @@ class LocalEmbedding(EncoderEmbedding):
         default=None, description="Folder for the ONNX export; None = ~/.cache/ragidx/models."
     )
 
-    _model: Any = PrivateAttr(default=None)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-
     def __init__(self, model_name: str = BUNDLED_MINILM, embed_batch_size: int = 64, **kwargs: Any) -> None:
         super().__init__(model_name=model_name, embed_batch_size=embed_batch_size, **kwargs)
 
@@ -127,17 +140,10 @@ class LocalEmbedding(EncoderEmbedding):
         """English for the bundled MiniLM (its vocabulary cuts Russian into meaningless pieces), else unknown."""
         return frozenset({"en"}) if self.model_name == BUNDLED_MINILM else None
 
-    @property
-    def model(self) -> Any:
-        """The loaded model: a ``SentenceTransformer`` (torch) or an ``OnnxSentenceEncoder`` (onnx).
-
-        The ONNX encoder exports and opens its session on first encode, not on this access.
-        """
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    self._model = self._load_onnx() if self.backend == "onnx" else self._load()
-        return self._model
+    def _load(self) -> Any:
+        """A ``SentenceTransformer`` (torch) or an ``OnnxSentenceEncoder`` (onnx; it exports and opens its session
+        on first encode, not here)."""
+        return self._load_onnx() if self.backend == "onnx" else self._load_torch()
 
     @property
     def tokenizer(self) -> Any:
@@ -163,7 +169,7 @@ class LocalEmbedding(EncoderEmbedding):
             batch_size=min(self.embed_batch_size, 32),
         )
 
-    def _load(self) -> Any:
+    def _load_torch(self) -> Any:
         import torch
         from sentence_transformers import SentenceTransformer
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import Embedding
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from ragidx.providers.embeddings import EncoderEmbedding
 
@@ -65,9 +64,6 @@ class UseEmbedding(EncoderEmbedding):
 
     num_threads: int | None = Field(default=None, description="onnxruntime intra-op threads; None: its default.")
 
-    _session: Any = PrivateAttr(default=None)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-
     def __init__(self, embed_batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(model_name=USE_MULTILINGUAL, embed_batch_size=embed_batch_size, **kwargs)
 
@@ -79,16 +75,8 @@ class UseEmbedding(EncoderEmbedding):
     def languages(self) -> frozenset[str] | None:
         return USE_LANGUAGES
 
-    @property
-    def session(self) -> Any:
-        """The onnxruntime session, opened on first use."""
-        if self._session is None:
-            with self._lock:
-                if self._session is None:
-                    self._session = self._open()
-        return self._session
-
-    def _open(self) -> Any:
+    def _load(self) -> Any:
+        """The onnxruntime session (:attr:`model`)."""
         import onnxruntime as ort
 
         try:
@@ -120,7 +108,7 @@ class UseEmbedding(EncoderEmbedding):
         out: list[Embedding] = []
         for i in range(0, len(texts), self.embed_batch_size):
             batch = [t if t.strip() else " " for t in texts[i : i + self.embed_batch_size]]
-            vectors = np.asarray(self.session.run(["outputs"], {"inputs": batch})[0], dtype=np.float32)
+            vectors = np.asarray(self.model.run(["outputs"], {"inputs": batch})[0], dtype=np.float32)
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             out.extend(v.tolist() for v in vectors)
         return out
