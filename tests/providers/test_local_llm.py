@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ragidx.providers.local_llm import (
     LocalModelError,
     PackagedModel,
     assemble_gguf,
+    server_environment,
 )
 
 
@@ -37,6 +39,24 @@ def test_server_is_cheap_to_build_and_needs_start() -> None:
     assert not server.running
     with pytest.raises(LocalModelError, match="call start"):
         _ = server.api_base
+
+
+def test_server_command_skips_prompt_logits_and_keeps_threads_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = LocalLLMServer("qwen2.5-1.5b", n_ctx=4096, n_threads=3)
+    server.port = 40123
+    cmd = server.command(tmp_path / "m.gguf")
+    flags = dict(zip(cmd[3::2], cmd[4::2], strict=True))
+    assert cmd[1:3] == ["-m", "llama_cpp.server"]
+    assert flags["--logits_all"] == "False"  # the server's own default is True
+    assert flags["--n_ctx"] == "4096" and flags["--n_threads"] == flags["--n_threads_batch"] == "3"
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "40123"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("RAGIDX_SOMETHING", "kept")
+    env = server_environment()
+    assert "OMP_WAIT_POLICY" not in env and env["RAGIDX_SOMETHING"] == "kept"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"  # ours is left as it was
 
 
 @pytest.mark.slow
