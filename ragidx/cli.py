@@ -390,7 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title", "llm"],
         default=None,
-        help="how pseudo-queries are made (default held_out; llm: the configured LLM writes questions)",
+        help=(
+            "how pseudo-queries are made (default held_out; llm: the configured LLM writes questions, one call "
+            "each; with the small local model it picked worse, see the README)"
+        ),
     )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--dry-run", action="store_true", help="report the choice without storing it")

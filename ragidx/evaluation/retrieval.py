@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -412,16 +413,27 @@ def _calibrate(
     from ragidx.tuning.tuner import RetrievalTuner
 
     configs = candidate_configs(settings)
-    result = calibrate(
-        settings,
-        chunk_store,
-        article_store,
-        embed_model,
-        queries=queries or DEFAULT_QUERIES,
-        method=method or DEFAULT_METHOD,  # type: ignore[arg-type]
-        progress=progress,
-        configs=configs,
-    )
+    chosen = method or DEFAULT_METHOD
+    with contextlib.ExitStack() as stack:
+        llm = None
+        if chosen == "llm":  # the configured LLM writes the questions (the local model is started here)
+            from ragidx.providers.llms import LLMProvider
+
+            provider = stack.enter_context(
+                LLMProvider(threads=settings.local_llm_threads, model_cache_dir=settings.model_cache_dir)
+            )
+            llm = provider.get(settings.llm)
+        result = calibrate(
+            settings,
+            chunk_store,
+            article_store,
+            embed_model,
+            queries=queries or DEFAULT_QUERIES,
+            method=chosen,  # type: ignore[arg-type]
+            llm=llm,
+            progress=progress,
+            configs=configs,
+        )
     tuner = RetrievalTuner(chunk_store, embed_model, settings, depth=max(c.candidate_chunks for c in configs))
     block = judge_tuning(result, configs, tuner, dataset.queries, dataset.qrels, progress=progress)
     return block, apply_tuning(settings, result.settings)
@@ -445,9 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune-queries", type=int, default=None, help="pseudo-queries (default 300)")
     tune.add_argument(
         "--tune-method",
-        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title"],
+        choices=["held_out", "masked_sentence", "sentence", "first_sentence", "title", "llm"],
         default=None,
-        help="how pseudo-queries are made (default held_out)",
+        help="how pseudo-queries are made (default held_out; llm: the configured LLM writes them)",
     )
     flash = parser.add_argument_group("flash stage (LLM reranker; slow on CPU)")
     flash.add_argument("--flash", action="store_true", help="add the flash rerank stage")

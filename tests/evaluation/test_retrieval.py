@@ -112,6 +112,38 @@ def test_no_tune_leaves_the_calibration_out(tmp_path: Path) -> None:
     assert set(result["stages"]) == set(STAGES) and "tuning" not in result
 
 
+
+def test_llm_pseudo_queries_come_from_the_configured_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragidx.providers import llms
+    from tests.fakes.scripted_llm import ScriptedLLM
+
+    llm = ScriptedLLM(["Which menu do I use to add rows and columns to a text document?"], cycle=True)
+    started: list[str] = []
+
+    class Provider:  # the local model server's stand-in: hands out the scripted LLM, closes once
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def __enter__(self) -> Provider:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            started.append("closed")
+
+        def get(self, endpoint: object) -> ScriptedLLM:
+            started.append("started")
+            return llm
+
+    monkeypatch.setattr(llms, "LLMProvider", Provider)
+    ds = load_beir(write_beir(tmp_path / "beir"))
+    result = evaluate(
+        ds, Settings(chunk_tokens=64, chunk_overlap_tokens=8), HashEmbedding(dim=256), tmp_path / "c", tune_method="llm"
+    )
+    assert started == ["started", "closed"]
+    assert result["tuning"]["method"] == "llm" and result["tuning"]["pseudo_queries"] == len(KB)
+    assert len(llm.calls) == len(KB)  # one question written per sampled article
+    assert "tuned" in result["stages"]
+
 def test_depth_below_ten_is_refused(tmp_path: Path) -> None:
     ds = load_beir(write_beir(tmp_path / "beir"))
     with pytest.raises(ValueError, match="depth must be >= 10"):
