@@ -112,7 +112,6 @@ def test_no_tune_leaves_the_calibration_out(tmp_path: Path) -> None:
     assert set(result["stages"]) == set(STAGES) and "tuning" not in result
 
 
-
 def test_llm_pseudo_queries_come_from_the_configured_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ragidx.providers import llms
     from tests.fakes.scripted_llm import ScriptedLLM
@@ -143,6 +142,7 @@ def test_llm_pseudo_queries_come_from_the_configured_llm(tmp_path: Path, monkeyp
     assert result["tuning"]["method"] == "llm" and result["tuning"]["pseudo_queries"] == len(KB)
     assert len(llm.calls) == len(KB)  # one question written per sampled article
     assert "tuned" in result["stages"]
+
 
 def test_depth_below_ten_is_refused(tmp_path: Path) -> None:
     ds = load_beir(write_beir(tmp_path / "beir"))
