@@ -304,6 +304,19 @@ def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return pooled / np.clip(norms, 1e-12, None)
 
 
+def _pad_token(model_dir: Path) -> str | None:
+    """The padding token a BERT folder names (``special_tokens_map.json``, else ``tokenizer_config.json``)."""
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        path = model_dir / name
+        if path.exists():
+            token = json.loads(path.read_text()).get("pad_token")
+            if isinstance(token, dict):  # {"content": "[PAD]", ...}
+                token = token.get("content")
+            if isinstance(token, str):
+                return token
+    return None
+
+
 def available_cores() -> int:
     """CPU cores this process may run on."""
     try:
@@ -352,41 +365,59 @@ class OnnxSentenceEncoder:
         self._pad_id = 0
         self._session: Any = None
         self._input_names: tuple[str, ...] = ()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the tokenizer may load under the encoder lock
 
     @property
     def tokenizer(self) -> Any:
-        """The model's own Hugging Face fast tokenizer (loads on first access)."""
+        """The model's own Hugging Face fast tokenizer, for sizing chunks (loads on first access).
+
+        Encoding does not need it (see :meth:`_load_fast`): importing ``transformers`` takes seconds, which
+        every ``ragidx ask`` process would otherwise pay before its first search.
+        """
         if self._tokenizer is None:
             with self._lock:
                 if self._tokenizer is None:
-                    self._load_tokenizer()
+                    from transformers import AutoTokenizer
+
+                    tok = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True, use_fast=True)
+                    if getattr(tok, "backend_tokenizer", None) is None:
+                        raise RuntimeError(f"{self.model_dir} has no fast tokenizer; use backend='torch'")
+                    self._tokenizer = tok
         return self._tokenizer
 
-    def _load_tokenizer(self) -> None:
-        from transformers import AutoTokenizer
+    def _load_fast(self) -> None:
+        """The ``tokenizers`` tokenizer that encoding uses, truncating at the model's limit, with its pad id.
 
-        tok = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True, use_fast=True)
-        backend = getattr(tok, "backend_tokenizer", None)
-        if backend is None:
-            raise RuntimeError(f"{self.model_dir} has no fast tokenizer; use backend='torch'")
+        Read from the folder's ``tokenizer.json`` (no ``transformers`` import) when it has one, else taken
+        from the Hugging Face tokenizer. A private copy configured once: no per-call truncation changes, so
+        concurrent calls are safe.
+        """
+        from tokenizers import Tokenizer
+
         limit = self.max_length
         st_cfg = self.model_dir / "sentence_bert_config.json"
         if st_cfg.exists():
             limit = min(limit, int(json.loads(st_cfg.read_text()).get("max_seq_length") or limit))
-        # A private copy configured once: no per-call truncation changes, so concurrent calls are safe.
-        from tokenizers import Tokenizer
-
-        fast = Tokenizer.from_str(backend.to_str())
+        file = self.model_dir / "tokenizer.json"
+        pad_token = _pad_token(self.model_dir)
+        if file.exists() and pad_token is not None:
+            fast = Tokenizer.from_file(str(file))
+            pad_id = fast.token_to_id(pad_token)
+        else:
+            tok = self.tokenizer
+            fast = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+            pad_id = tok.pad_token_id
         fast.enable_truncation(max_length=limit)
         fast.no_padding()
+        self._pad_id = int(pad_id or 0)
         self._fast = fast
-        self._pad_id = int(tok.pad_token_id or 0)
-        self._tokenizer = tok
 
     def load(self) -> None:
         """Export (if needed) and open the ONNX session now rather than on first use."""
-        self.tokenizer  # noqa: B018 - loads it
+        if self._fast is None:
+            with self._lock:
+                if self._fast is None:
+                    self._load_fast()
         if self._session is None:
             with self._lock:
                 if self._session is None:

@@ -214,6 +214,24 @@ def test_onnx_keeps_input_order_with_mixed_lengths(onnx_minilm: LocalEmbedding, 
     assert np.diag(sims).min() > 0.95
 
 
+def test_onnx_encoding_tokenizes_like_the_hugging_face_tokenizer(tmp_path: Path, kb_chunks: list[str]) -> None:
+    folder = resolve_model_path("minilm")
+    direct = OnnxSentenceEncoder(folder, num_threads=1)  # reads tokenizer.json, no transformers
+    direct._load_fast()
+    copied = tmp_path / "no-tokenizer-json"  # the fallback: the Hugging Face tokenizer's backend
+    shutil.copytree(folder, copied, ignore=shutil.ignore_patterns("tokenizer.json", "*.safetensors", "*.bin"))
+    via_hf = OnnxSentenceEncoder(copied, num_threads=1)
+    via_hf._load_fast()
+    assert direct._tokenizer is None and via_hf._tokenizer is not None
+    texts = ["Insert a table.", "Café naïve résumé – “quotes” 中文 ёлка", "", kb_chunks[0] * 3, "PDF/A-2b"]
+    for text in texts:
+        ids = direct._fast.encode(text).ids
+        assert ids == via_hf._fast.encode(text).ids
+        assert ids == via_hf.tokenizer(text, truncation=True, max_length=256)["input_ids"]
+    assert len(direct._fast.encode(kb_chunks[0] * 3).ids) == 256  # truncated at the model's limit
+    assert direct._pad_id == via_hf._pad_id == via_hf.tokenizer.pad_token_id
+
+
 @pytest.mark.slow
 def test_onnx_reuses_the_cached_export(onnx_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import ragidx.providers.onnx_embedding as onnx_embedding
