@@ -413,25 +413,24 @@ class OnnxSentenceEncoder:
         self._fast = fast
 
     def load(self) -> None:
-        """Export (if needed) and open the ONNX session now rather than on first use."""
-        if self._fast is None:
-            with self._lock:
-                if self._fast is None:
-                    self._load_fast()
-        if self._session is None:
-            with self._lock:
-                if self._session is None:
-                    mode = _pooling_mode(self.model_dir)
-                    if mode != "mean":
-                        raise ValueError(
-                            f"the ONNX backend implements mean pooling only, {self.model_dir} uses {mode!r}: "
-                            "use backend='torch'"
-                        )
-                    path = ensure_onnx_model(self.model_dir, self.cache_dir, quantize=self.quantize)
-                    session = _session(path, self.num_threads or available_cores())
-                    self._input_names = tuple(i.name for i in session.get_inputs())
-                    self.model_path = path
-                    self._session = session
+        """Load the tokenizer, export (if needed) and open the ONNX session now rather than on first use."""
+        if self._fast is not None and self._session is not None:
+            return
+        with self._lock:
+            if self._fast is None:
+                self._load_fast()
+            if self._session is None:
+                mode = _pooling_mode(self.model_dir)
+                if mode != "mean":
+                    raise ValueError(
+                        f"the ONNX backend implements mean pooling only, {self.model_dir} uses {mode!r}: "
+                        "use backend='torch'"
+                    )
+                path = ensure_onnx_model(self.model_dir, self.cache_dir, quantize=self.quantize)
+                session = _session(path, self.num_threads or available_cores())
+                self._input_names = tuple(i.name for i in session.get_inputs())
+                self.model_path = path
+                self._session = session
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``: float32 array of shape ``(len(texts), dim)``, rows in input order."""
