@@ -22,6 +22,17 @@ _ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 _ASKING = frozenset({"explain", "tell", "describe", "like", "would", "could", "also"})
 """Words of a request, not of its topic (beside the stop words of ``ragidx.terms``)."""
+_CITING = frozenset(
+    {
+        "information", "found", "find", "article", "articles", "source", "sources", "provide", "provides",
+        "provided", "detailed", "details", "instructions", "mentioned", "according", "listed", "cited", "see",
+        "refer", "refers", "page", "given", "can", "this", "stated", "states", "says", "described", "context",
+        "explained", "информация", "информации", "информацию", "статья", "статье", "статьи", "статьях", "статей",
+        "источник", "источнике", "источника", "источниках", "указано", "описано", "приведено", "см",
+    }
+)  # fmt: skip
+"""Words a model uses to talk about its sources ("This information is found in article [4]"): they say
+nothing about which source holds the statement, so the marker check leaves them out."""
 
 
 def _words(text: str) -> set[str]:
@@ -91,7 +102,10 @@ def _shares(claim: set[str], source_words: Sequence[set[str]]) -> list[float]:
     return [sum(idf[w] for w in claim & sw) / total for sw in source_words]
 
 
-_GROUP = re.compile(r"(?:\[\d{1,3}\][\s,;]*)*\[\d{1,3}\]")
+# Markers side by side ("[1][2]", "[1], [2]", "[1] and [2]") are one group: checked together, against the
+# statement before the first of them.
+_GROUP = re.compile(r"(?:\[\d{1,3}\](?:\s*(?:[,;&]|\band\b|\bor\b|\bи\b)?\s*))*\[\d{1,3}\]", re.I)
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
 
 
 def check_markers(
@@ -99,34 +113,54 @@ def check_markers(
 ) -> str:
     """``text`` with each group of ``[n]`` markers checked against the statement it closes (the text since
     the previous group): a marker stays when its source holds at least ``keep_ratio`` of the share of the
-    statement's new words (those the question does not already use) that the best source holds; when
+    statement's new words (those the question does not already use, and not the words a model talks about
+    its sources with) that the best source holds, on the whole statement or on one of its sentences; when
     none does, the best source is cited instead, provided it holds at least ``min_share`` of them.
 
     A small model cites by position more than by content: asked for shared_buffers' default with
     "Preset Options" shown first and "Resource Consumption" second, it wrote the right value (128MB, from
     the second) and cited [1]. A statement whose words no source holds well keeps what the model wrote.
+    Checking sentence by sentence keeps a marker for a statement whose first sentence comes from its source
+    and whose second paraphrases another ("type an apostrophe … [1]" stays, though "treat the string as
+    text, no numeric conversion" reads more like "Converting Text to Numbers").
 
     Example:
         >>> sources = [{"title": "Preset Options", "content": "block_size reports 8192."},
         ...            {"title": "Resource Consumption", "content": "shared_buffers defaults to 128MB."}]
         >>> check_markers("shared_buffers defaults to 128MB [1].", sources, question="shared_buffers default?")
         'shared_buffers defaults to 128MB [2].'
+        >>> check_markers("It is 128MB. This is found in articles [1] and [2].", sources)
+        'It is 128MB. This is found in articles [2].'
     """
     source_words = [_source_words(s) for s in sources]
     asked = _words(question)
+
+    def new_words(span: str) -> set[str]:
+        return set(terms(span, extra_stop_words=_ASKING | _CITING)) - asked
+
     out: list[str] = []
     start = 0
     for group in _GROUP.finditer(text):
         numbers = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", group.group(0))))
-        claim = _words(text[start : group.start()]) - asked
-        out.append(text[start : group.start()])
+        statement = text[start : group.start()]
+        claim = new_words(statement)
+        out.append(statement)
         start = group.end()
         if not claim or not all(1 <= n <= len(sources) for n in numbers):
             out.append(group.group(0))
             continue
         shares = _shares(claim, source_words)
         best = max(range(len(shares)), key=lambda i: shares[i])
-        kept = [n for n in numbers if shares[n - 1] >= keep_ratio * shares[best]]
+        support = {n: shares[n - 1] / shares[best] if shares[best] else 1.0 for n in numbers}
+        for sentence in _SENTENCE.findall(statement):
+            words = new_words(sentence)
+            if len(words) < 2 or words == claim:
+                continue
+            by_sentence = _shares(words, source_words)
+            top = max(by_sentence)
+            if top >= min_share:
+                support = {n: max(support[n], by_sentence[n - 1] / top) for n in numbers}
+        kept = [n for n in numbers if support[n] >= keep_ratio]
         if not kept:
             kept = [best + 1] if shares[best] >= min_share else numbers
         out.append("".join(f"[{n}]" for n in kept) if kept != numbers else group.group(0))

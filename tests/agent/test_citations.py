@@ -94,3 +94,50 @@ def test_a_source_holding_half_the_best_share_is_kept() -> None:
     ]
     assert check_markers("alpha beta gamma delta [2].", sources) == "alpha beta gamma delta [2]."
     assert check_markers("alpha beta gamma delta [3].", sources) == "alpha beta gamma delta [1]."
+
+
+def test_words_about_sources_do_not_keep_a_wrong_marker() -> None:
+    # "information", "found", "article" are in [1]'s text too; the statement's own words are only in [2]
+    sources = [
+        {"kb_id": "save", "title": "Saving", "content": "Information about saving is found in this article."},
+        {"kb_id": "qr", "title": "QR codes", "content": "The High level restores 30% of the codewords."},
+    ]
+    text = check_markers(
+        "The High level restores 30% of them. This information is found in article [1].",
+        sources,
+        question="What share of a QR code can be restored?",
+    )
+    assert text == "The High level restores 30% of them. This information is found in article [2]."
+
+
+def test_markers_joined_by_and_are_checked_together() -> None:
+    text = check_markers(
+        "The backup copy gets the extension .BAK. This can be found in articles [1] and [2].",
+        [
+            {"kb_id": "auto", "title": "Saving Automatically", "content": "The backup copy has the extension .BAK."},
+            {"kb_id": "save", "title": "Saving Documents", "content": "Choose File - Save."},
+        ],
+        question="What extension does the backup copy get?",
+    )
+    assert text == "The backup copy gets the extension .BAK. This can be found in articles [1]."
+
+
+def test_a_marker_stays_when_one_sentence_of_its_statement_comes_from_its_source() -> None:
+    # the first sentence is [1]'s; the second paraphrases [2] with more words, which alone would move the marker
+    sources = [
+        {"kb_id": "zero", "title": "Leading Zeros", "content": "Enter the number starting with an apostrophe."},
+        {
+            "kb_id": "convert",
+            "title": "Converting Text to Numbers",
+            "content": "Calc treats the string as text and attempts no numeric conversion of the entire cell.",
+        },
+    ]
+    text = (
+        "Type an apostrophe before the number. Calc then treats the entire string as text and attempts no "
+        "numeric conversion [1]."
+    )
+    assert check_markers(text, sources, question="How do I keep a leading zero in Calc?") == text
+    # without the sentence that [1] holds, the marker moves
+    alone = "Calc then treats the entire string as text and attempts no numeric conversion [1]."
+    moved = alone.replace("[1]", "[2]")
+    assert check_markers(alone, sources, question="How do I keep a leading zero in Calc?") == moved
