@@ -202,6 +202,8 @@ def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> lis
 
 
 _NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+# "1. Open the Tools menu" / "2) Click New": a list's own numbering, not a value the answer states.
+_LIST_NUMBER = re.compile(r"^([ \t]*(?:[-*][ \t]*)?)\d{1,2}[.)](?=[ \t])", re.M)
 
 
 def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
@@ -209,15 +211,19 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
 
     Such an answer was not read from the articles: asked for "the maximum number of rows in a Calc sheet"
     over articles that never give it, a small model writes "65,536" from memory. One number the articles
-    do write is enough to trust the rest (conversions, counts). ``[n]`` markers are not numbers.
+    do write is enough to trust the rest (conversions, counts). ``[n]`` markers, a numbered list's "1." and
+    the digits of an HTML entity a model wrote (``&#34;``) are not numbers.
 
     Example:
         >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
         ['65536']
         >>> ungrounded_numbers("128MB, that is 131072 kB [1].", [{"content": "default 128MB"}])
         []
+        >>> ungrounded_numbers("1. Choose Help - About.\\n2. Read the version [1].", [{"content": "Help - About"}])
+        []
     """
-    stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(_MARKER.sub(" ", answer)))
+    plain = _LIST_NUMBER.sub(r"\1", _MARKER.sub(" ", html.unescape(answer)))
+    stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(plain))
     if not stated:
         return []
     seen = " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question

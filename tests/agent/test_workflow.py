@@ -574,6 +574,20 @@ def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
     assert not answer.not_found
 
 
+def test_a_numbered_list_of_steps_is_not_a_stated_number() -> None:
+    # Qwen2.5-1.5B on "Where do I find which LibreOffice version I'm running?": steps over articles with no digits
+    steps = "1. Choose File > Print [1].\n2) Pick the printer."
+    agent, _ = make_agent([steps], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I print a document?")
+    assert not answer.not_found and answer.text.startswith("1. Choose File") and answer.citations
+    # an entity the model wrote for a quote mark carries no number either
+    agent, _ = make_agent(["Choose &#34;File > Print&#34; [1]."], tool_mode="forced", plan="never")
+    assert not ask(agent, "How do I print a document?").not_found
+    # a value in the list's text is still one
+    agent, _ = make_agent(["1. Choose File > Print and print 40 copies [1]."], tool_mode="forced", plan="never")
+    assert ask(agent, "How do I print a document?").not_found
+
+
 def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a table?")
