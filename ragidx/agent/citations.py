@@ -231,6 +231,35 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
     return [] if any(n in known for n in stated) else list(stated)
 
 
+# A capitalized name inside a sentence (after a lower-case word or a comma): "Google Sheets", "Excel".
+_NAME = re.compile(r"(?<=[a-zа-яё,;:] )([A-Z][A-Za-z]{2,}(?:\s+[A-Z][A-Za-z]+)*)")
+
+
+def ungrounded_names(
+    answer: str, sources: Sequence[dict[str, Any]], question: str = "", *, min_names: int = 2
+) -> list[str]:
+    """The names an answer writes inside its sentences that neither the sources nor the question write, when
+    there are at least ``min_names`` of them, else ``[]``.
+
+    Asked how to co-edit a sheet in real time through the cloud, over help pages that never mention it, a small
+    model recommends "Google Sheets", "Microsoft Excel", "Tableau" and "Snowflake" from memory. One such name
+    is not enough: a right answer may compare with a product the articles do not name ("unlike Excel").
+
+    Example:
+        >>> ungrounded_names("Use Google Sheets, or try Microsoft Excel.", [{"content": "Share a document."}])
+        ['Google Sheets', 'Microsoft Excel']
+        >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [{"content": "Choose Data - Filter."}])
+        []
+    """
+    seen = (" ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question).lower()
+    names = dict.fromkeys(
+        name
+        for name in _NAME.findall(html.unescape(answer))
+        if name.lower() not in seen and all(word.lower() not in seen for word in name.split())
+    )
+    return list(names) if len(names) >= min_names else []
+
+
 def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
     """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
 

@@ -55,6 +55,7 @@ from ragidx.agent.citations import (
     resolve_citations,
     restore_entities,
     shares_terms,
+    ungrounded_names,
     ungrounded_numbers,
 )
 from ragidx.article import SEE_ABOVE, Article, SearchResult
@@ -439,6 +440,8 @@ class RagAgent(Workflow):
             logger.info("the model only repeated the source list: answering not found")
             not_found = True
         invented = [] if not_found else ungrounded_numbers(cleaned, sources, turn.question)
+        if not not_found and not invented:
+            invented = ungrounded_names(cleaned, sources, turn.question)
         if invented:
             logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
             not_found = True

@@ -588,6 +588,18 @@ def test_a_numbered_list_of_steps_is_not_a_stated_number() -> None:
     assert ask(agent, "How do I print a document?").not_found
 
 
+def test_an_answer_naming_products_no_article_names_is_not_found() -> None:
+    # Qwen2.5-1.5B asked about real-time co-editing through the cloud, over pages that never mention it
+    reply = "You can use Google Sheets, or share the file through Microsoft OneDrive [1]."
+    agent, _ = make_agent([reply], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I print a document together with others in real time?")
+    assert answer.not_found and answer.citations == [] and "Google Sheets" in answer.model_text
+    # one name the articles do not write is not enough: a right answer may compare with another product
+    agent, _ = make_agent(["Unlike in Excel, choose File > Print [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "How do I print a document?")
+    assert not answer.not_found and answer.citations
+
+
 def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a table?")
