@@ -231,6 +231,33 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
     return [] if any(n in known for n in stated) else list(stated)
 
 
+_MODIFIER = r"(?:commandctrl|optionalt|ctrl|control|command|cmd|option|alt|altgr|shift|fn)"
+_KEY = r"(?:f\d{1,2}|enter|return|tab|space|spacebar|esc|escape|backspace|del|delete|ins|insert|home|end|[a-z0-9])"
+# "Ctrl+Shift+Enter", "Command + Option + V", "CommandCtrl+F12": a modifier, then "+" and keys.
+_SHORTCUT = re.compile(rf"(?i)(?<![\w+]){_MODIFIER}(?:\s*\+\s*(?:{_MODIFIER}|{_KEY}))+(?![\w+])")
+
+
+def ungrounded_shortcuts(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
+    """The key combinations an answer states when **none** of them is written in the sources or the question
+    (spaces aside, case-insensitively), else ``[]``: a help centre's values are its shortcuts as much as its
+    numbers. Asked which shortcut starts voice dictation, over pages that list other shortcuts, a small model
+    answers "Command + Option + V".
+
+    Example:
+        >>> ungrounded_shortcuts("Press Command + Option + V [1].", [{"content": "Command+Option+F10 docks it."}])
+        ['Command + Option + V']
+        >>> ungrounded_shortcuts("Press Ctrl + Shift + F10 [1].", [{"content": "CommandCtrl+Shift+F10 docks it."}])
+        []
+    """
+    stated = list(dict.fromkeys(m.group(0) for m in _SHORTCUT.finditer(answer)))
+    if not stated:
+        return []
+    seen = re.sub(
+        r"\s+", "", (" ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + question).lower()
+    )
+    return [] if any(re.sub(r"\s+", "", k.lower()) in seen for k in stated) else stated
+
+
 # A capitalized name inside a sentence (after a lower-case word or a comma): "Google Sheets", "Excel".
 _NAME = re.compile(r"(?<=[a-zа-яё,;:] )([A-Z][A-Za-z]{2,}(?:\s+[A-Z][A-Za-z]+)*)")
 

@@ -57,6 +57,7 @@ from ragidx.agent.citations import (
     shares_terms,
     ungrounded_names,
     ungrounded_numbers,
+    ungrounded_shortcuts,
 )
 from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget import ContextBudget, Fit, Renderer
@@ -439,9 +440,14 @@ class RagAgent(Workflow):
         if not not_found and _echoes_sources(cleaned, sources):
             logger.info("the model only repeated the source list: answering not found")
             not_found = True
-        invented = [] if not_found else ungrounded_numbers(cleaned, sources, turn.question)
-        if not not_found and not invented:
-            invented = ungrounded_names(cleaned, sources, turn.question)
+        # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
+        invented: list[str] = []
+        if not not_found:
+            invented = (
+                ungrounded_numbers(cleaned, sources, turn.question)
+                or ungrounded_shortcuts(cleaned, sources, turn.question)
+                or ungrounded_names(cleaned, sources, turn.question)
+            )
         if invented:
             logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
             not_found = True

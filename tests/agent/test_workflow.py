@@ -588,6 +588,17 @@ def test_a_numbered_list_of_steps_is_not_a_stated_number() -> None:
     assert ask(agent, "How do I print a document?").not_found
 
 
+def test_an_answer_whose_shortcut_no_article_writes_is_not_found() -> None:
+    # Qwen2.5-1.5B asked which shortcut starts voice dictation, over pages listing other shortcuts
+    agent, _ = make_agent(["Press Command + Option + V [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "Which shortcut inserts a table?")
+    assert answer.not_found and "Command + Option + V" in answer.model_text
+    # the articles write Ctrl+F12 (see tests.agent.helpers.KB): spaced or not, it was read from them
+    agent, _ = make_agent(["Press Ctrl + F12 [1]."], tool_mode="forced", plan="never")
+    answer = ask(agent, "Which shortcut inserts a table?")
+    assert not answer.not_found and answer.citations
+
+
 def test_an_answer_naming_products_no_article_names_is_not_found() -> None:
     # Qwen2.5-1.5B asked about real-time co-editing through the cloud, over pages that never mention it
     reply = "You can use Google Sheets, or share the file through Microsoft OneDrive [1]."
