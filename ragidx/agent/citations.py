@@ -177,6 +177,11 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
     )
 
 
+def _shown_text(sources: Sequence[dict[str, Any]], question: str) -> str:
+    """The titles and texts of the articles shown, then the question: what an answer may take values from."""
+    return " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question
+
+
 # Names a question can mention that a knowledge base either has or has not: snake_case and dotted names
 # (``io_method``, ``pg_stat_io``, ``postgresql.conf``), command-line flags (``--incremental``), camelCase and
 # ALL-CAPS terms (``HNSW``). Plain words are not (documentation paraphrases them), nor capitalized names
@@ -197,7 +202,7 @@ def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> lis
         ['io_method']
     """
     names = dict.fromkeys(m.strip(".") for m in _IDENTIFIER.findall(question))
-    text = " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources).lower()
+    text = _shown_text(sources, "").lower()
     return [n for n in names if n and n.lower() not in text]
 
 
@@ -226,7 +231,7 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
     stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(plain))
     if not stated:
         return []
-    seen = " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question
+    seen = _shown_text(sources, question)
     known = {n.replace(",", "") for n in _NUMBER.findall(seen)}
     return [] if any(n in known for n in stated) else list(stated)
 
@@ -252,9 +257,7 @@ def ungrounded_shortcuts(answer: str, sources: Sequence[dict[str, Any]], questio
     stated = list(dict.fromkeys(m.group(0) for m in _SHORTCUT.finditer(answer)))
     if not stated:
         return []
-    seen = re.sub(
-        r"\s+", "", (" ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + question).lower()
-    )
+    seen = re.sub(r"\s+", "", _shown_text(sources, question).lower())
     return [] if any(re.sub(r"\s+", "", k.lower()) in seen for k in stated) else stated
 
 
@@ -278,7 +281,7 @@ def ungrounded_names(
         >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [{"content": "Choose Data - Filter."}])
         []
     """
-    seen = (" ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question).lower()
+    seen = _shown_text(sources, question).lower()
     names = dict.fromkeys(
         name
         for name in _NAME.findall(html.unescape(answer))
