@@ -251,14 +251,29 @@ def ungrounded_shortcuts(answer: str, sources: Sequence[dict[str, Any]], questio
     Example:
         >>> ungrounded_shortcuts("Press Command + Option + V [1].", [{"content": "Command+Option+F10 docks it."}])
         ['Command + Option + V']
-        >>> ungrounded_shortcuts("Press Ctrl + Shift + F10 [1].", [{"content": "CommandCtrl+Shift+F10 docks it."}])
+        >>> ungrounded_shortcuts("Press Command + Shift + F10 [1].", [{"content": "CommandCtrl+Shift+F10 docks."}])
         []
     """
     stated = list(dict.fromkeys(m.group(0) for m in _SHORTCUT.finditer(answer)))
     if not stated:
         return []
-    seen = re.sub(r"\s+", "", _shown_text(sources, question).lower())
-    return [] if any(re.sub(r"\s+", "", k.lower()) in seen for k in stated) else stated
+    seen = _keys(_shown_text(sources, question))
+    return [] if any(_keys(k) in seen for k in stated) else stated
+
+
+_PLATFORM_KEYS = (
+    (re.compile(r"commandctrl|command|cmd|control|ctrl"), "ctrl"),
+    (re.compile(r"optionalt|option|alt"), "alt"),
+)
+
+
+def _keys(text: str) -> str:
+    """``text`` lower-cased without spaces, with each platform's name of a modifier made one: LibreOffice's
+    help writes "CommandCtrl+Shift+F10" for what a model may write "Command + Shift + F10" or "Ctrl+Shift+F10"."""
+    text = re.sub(r"\s+", "", text.lower())
+    for names, key in _PLATFORM_KEYS:
+        text = names.sub(key, text)
+    return text
 
 
 # A capitalized name inside a sentence (after a lower-case word or a comma): "Google Sheets", "Excel".

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ragidx.agent.citations import check_markers, resolve_citations, restore_entities
+from ragidx.agent.citations import check_markers, resolve_citations, restore_entities, ungrounded_shortcuts
 
 SOURCES = [
     {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."},
@@ -141,3 +141,13 @@ def test_a_marker_stays_when_one_sentence_of_its_statement_comes_from_its_source
     alone = "Calc then treats the entire string as text and attempts no numeric conversion [1]."
     moved = alone.replace("[1]", "[2]")
     assert check_markers(alone, sources, question="How do I keep a leading zero in Calc?") == moved
+
+
+def test_a_shortcut_written_with_another_platforms_key_names_is_grounded() -> None:
+    # LibreOffice's help merges the platforms: "CommandCtrl", "OptionAlt"
+    sources = [{"title": "Shortcuts", "content": "Press CommandCtrl+OptionAlt+Shift+V to paste unformatted text."}]
+    for said in ("Ctrl+Alt+Shift+V", "Command + Option + Shift + V", "cmd+alt+shift+v"):
+        assert ungrounded_shortcuts(f"Press {said} [1].", sources) == []
+    assert ungrounded_shortcuts("Press Ctrl+Alt+V [1].", sources) == ["Ctrl+Alt+V"]
+    # one shortcut the articles write is enough to trust the answer, as with numbers
+    assert ungrounded_shortcuts("Press Ctrl+Alt+V, or Ctrl+Alt+Shift+V [1].", sources) == []
