@@ -139,7 +139,10 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
             answer = item
     print(held.feed(shown.flush()) + held.flush(answer.articles), end="")
     if answer.not_found or not streamed.strip():
-        # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant)
+        # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant), or
+        # the reply on screen was set aside (say why, since it was already printed)
+        if streamed.strip() and answer.not_found_reason:
+            print(f"\n\nThis reply is not an answer from the knowledge base: {answer.not_found_reason}.")
         print(("\n" if streamed.strip() else "") + answer.text, end="")
     elif _markers(held.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):

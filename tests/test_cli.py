@@ -130,6 +130,20 @@ def test_ask_says_not_found_when_nothing_is_relevant(scripted_kb: str, capsys: p
     assert out.strip() == "I could not find the answer to this question in the knowledge base."
 
 
+def test_ask_says_why_a_streamed_reply_was_set_aside(
+    scripted_kb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reply is on screen before the checks run: the user is told why it is not the answer
+    reply = "Share it through Google Sheets or Microsoft OneDrive [1]."
+    monkeypatch.setattr("tests.dashboard.fakes.cite_sources", lambda messages, call: reply)
+    assert main(["--data-dir", scripted_kb, "ask", "How do I create a table of contents together with others?"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(reply) and out.rstrip().endswith(
+        "I could not find the answer to this question in the knowledge base."
+    )
+    assert "not an answer from the knowledge base: the model's reply states Google Sheets, Microsoft OneDrive" in out
+
+
 def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
     tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

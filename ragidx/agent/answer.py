@@ -80,6 +80,8 @@ class Answer:
         citations: the articles cited, in order of first citation.
         articles: all articles the model was shown, deduplicated and ranked (dicts in the tool's JSON shape).
         not_found: the knowledge base had no answer; ``citations`` is then empty.
+        not_found_reason: why the model's reply was set aside as not an answer from the articles (it only
+            repeated their list, or states values or names none of them writes); None otherwise.
         citation_method: ``markers`` (the model wrote [n]), ``overlap`` (attributed by shared words
             because the model wrote none), or ``none``.
         queries: every retrieval query run, in order. ``tool_errors``: failures the agent saw.
@@ -104,6 +106,7 @@ class Answer:
     timings: dict[str, float] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
     model_text: str = ""  # the model's own reply, before citation clean-up or a not-found verdict
+    not_found_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

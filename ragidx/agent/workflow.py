@@ -437,21 +437,24 @@ class RagAgent(Workflow):
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
         cleaned = strip_echoed_sources(cleaned, sources)
+        reason: str | None = None
         if not not_found and _echoes_sources(cleaned, sources):
-            logger.info("the model only repeated the source list: answering not found")
-            not_found = True
+            reason = "the model only repeated the list of articles"
         # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
         invented: list[str] = []
-        if not not_found:
+        if not not_found and reason is None:
             invented = (
                 ungrounded_numbers(cleaned, sources, turn.question)
                 or ungrounded_shortcuts(cleaned, sources, turn.question)
                 or ungrounded_names(cleaned, sources, turn.question)
             )
         if invented:
-            logger.info("the answer states %s, which no article shown writes: answering not found", ", ".join(invented))
+            reason = f"the model's reply states {', '.join(invented)}, which no article shown writes"
+        if reason is not None:
+            logger.info("%s: answering not found", reason)
             not_found = True
         answer = self._finish(turn, cleaned, sources, not_found=not_found)
+        answer.not_found_reason = reason
         answer.model_text = text
         return StopEvent(result=answer)
 

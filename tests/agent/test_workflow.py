@@ -568,6 +568,7 @@ def test_an_answer_whose_numbers_no_article_writes_is_not_found() -> None:
     agent, _ = make_agent(["A Writer table holds at most 65,536 rows [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How many rows can a table in Writer hold?")
     assert answer.not_found and answer.citations == [] and "65,536" in answer.model_text
+    assert answer.not_found_reason == "the model's reply states 65536, which no article shown writes"
     agent, _ = make_agent(["Choose Table > Insert Table, 3 times if you need 3 tables [1]."], tool_mode="forced",
                           plan="never")  # fmt: skip
     answer = ask(agent, "How do I insert 3 tables?")  # the question itself gives the number
@@ -593,6 +594,7 @@ def test_an_answer_whose_shortcut_no_article_writes_is_not_found() -> None:
     agent, _ = make_agent(["Press Command + Option + V [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "Which shortcut inserts a table?")
     assert answer.not_found and "Command + Option + V" in answer.model_text
+    assert answer.not_found_reason and "Command + Option + V" in answer.not_found_reason
     # the articles write Ctrl+F12 (see tests.agent.helpers.KB): spaced or not, it was read from them
     agent, _ = make_agent(["Press Ctrl + F12 [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "Which shortcut inserts a table?")
@@ -605,6 +607,9 @@ def test_an_answer_naming_products_no_article_names_is_not_found() -> None:
     agent, _ = make_agent([reply], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a document together with others in real time?")
     assert answer.not_found and answer.citations == [] and "Google Sheets" in answer.model_text
+    assert answer.not_found_reason == (
+        "the model's reply states Google Sheets, Microsoft OneDrive, which no article shown writes"
+    )
     # one name the articles do not write is not enough: a right answer may compare with another product
     agent, _ = make_agent(["Unlike in Excel, choose File > Print [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a document?")
@@ -615,6 +620,7 @@ def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Printing"], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I print a table?")
     assert answer.not_found and answer.citations == []
+    assert answer.not_found_reason == "the model only repeated the list of articles"
     # the list again with invented placeholder items (qwen2.5-0.5b on another CPU, an off-topic question)
     agent, _ = make_agent(["[1] Tables\n[2] Printing\n[1] [Retrieved Context]\n[2] [Retrieved Context]"],
                           tool_mode="forced", plan="never")  # fmt: skip
