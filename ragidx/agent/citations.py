@@ -295,14 +295,18 @@ def ungrounded_names(
         ['Google Sheets', 'Microsoft Excel']
         >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [{"content": "Choose Data - Filter."}])
         []
+        >>> ungrounded_names("Open it in Microsoft Excel, then save it in Excel.", [{"content": "Save a file."}])
+        []
     """
     seen = _shown_text(sources, question).lower()
-    names = dict.fromkeys(
+    found = dict.fromkeys(
         name
         for name in _NAME.findall(html.unescape(answer))
         if name.lower() not in seen and all(word.lower() not in seen for word in name.split())
     )
-    return list(names) if len(names) >= min_names else []
+    # "Excel" after "Microsoft Excel" is the same name
+    names = [n for n in found if not any(n != other and n in other.split() for other in found)]
+    return names if len(names) >= min_names else []
 
 
 def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
