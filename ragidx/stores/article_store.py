@@ -34,6 +34,7 @@ import functools
 import hashlib
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,6 +76,8 @@ SQLITE_TABLE = "articles"
 POSTGRES_TABLE = "ragidx_articles"
 RETRY_DELAYS_S = (0.2, 1.0, 3.0)
 """Waits before each retry of a step whose database connection dropped (PostgreSQL)."""
+SQLITE_TIMEOUT_S = 30.0
+"""How long a SQLite statement waits for another process's lock before it fails."""
 
 _LEGACY_COLUMNS = (
     "kb_id, title, url, language, content, metadata_json, source, content_hash, chunk_count, state, updated_at"
@@ -215,7 +218,7 @@ class ArticleStore:
             Path(str(self.url.database)).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             self.url,
-            connect_args={"check_same_thread": False, "timeout": 30},
+            connect_args={"check_same_thread": False, "timeout": SQLITE_TIMEOUT_S},
             **({"poolclass": StaticPool} if memory else {}),
         )
 
@@ -223,7 +226,7 @@ class ArticleStore:
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
             if not memory:
-                dbapi_conn.execute("PRAGMA journal_mode=WAL")
+                _enable_wal(dbapi_conn, timeout_s=SQLITE_TIMEOUT_S)
             dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
         @event.listens_for(engine, "begin")
@@ -624,6 +627,23 @@ def _is_disconnect(exc: DBAPIError) -> bool:
 def _first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def _enable_wal(dbapi_conn: Any, *, timeout_s: float) -> None:
+    """Switch the file to WAL (kept by the file). Switching needs the file to itself, and SQLite fails it
+    at once, without its busy wait, when two connections switch together (each waits on the other): wait
+    and try again, up to ``timeout_s`` like any other locked statement."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 def _lock_key(*parts: str) -> int:

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from ragidx.article import Article
-from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, ArticleStoreUnavailable
+from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, ArticleStoreUnavailable, _enable_wal
 from tests.postgres_server import PostgresServer
 
 
@@ -156,16 +156,48 @@ def test_a_file_from_before_tenants_is_migrated_without_losing_anything(tmp_path
 
 
 def test_an_old_file_opened_by_several_at_once_is_migrated_once(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite"
-    legacy_file(path)
-    stores = [ArticleStore(path) for _ in range(4)]
-    counts: list[int] = []
-    threads = [threading.Thread(target=lambda s=s: counts.append(s.count())) for s in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert counts == [2, 2, 2, 2] and stores[0].pending_ids() == ["k2"]
+    # Several rounds: two connections switching a fresh file to WAL together failed about one round in 30.
+    for round_ in range(10):
+        path = tmp_path / f"old{round_}.sqlite"
+        legacy_file(path)
+        stores = [ArticleStore(path) for _ in range(4)]
+        counts: list[int] = []
+        threads = [threading.Thread(target=lambda s=s, c=counts: c.append(s.count())) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert counts == [2, 2, 2, 2] and stores[0].pending_ids() == ["k2"]
+        for store in stores:
+            store.close()
+
+
+class LockedTwice:
+    """A DB-API connection whose first two journal-mode switches fail as SQLite fails them when two
+    connections switch at once: "database is locked", at once, without the busy wait."""
+
+    def __init__(self, error: str = "database is locked", failures: int = 2) -> None:
+        self.error, self.failures, self.calls = error, failures, 0
+
+    def execute(self, sql: str) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise sqlite3.OperationalError(self.error)
+
+
+def test_switching_to_wal_waits_out_another_connection_switching_too() -> None:
+    conn = LockedTwice()
+    _enable_wal(conn, timeout_s=5)
+    assert conn.calls == 3
+
+
+def test_switching_to_wal_gives_up_after_the_timeout_and_other_errors_are_not_retried() -> None:
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _enable_wal(LockedTwice(failures=10**6), timeout_s=0.05)
+    other = LockedTwice(error="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _enable_wal(other, timeout_s=5)
+    assert other.calls == 1
 
 
 def test_an_unreachable_server_is_a_clear_error_that_hides_the_password(postgres_server: PostgresServer) -> None:
