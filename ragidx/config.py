@@ -47,8 +47,14 @@ TUNABLE_FIELDS = (
 LOCAL_ANSWER_DEADLINE_S = 30.0
 # ... and the most prompt tokens that deadline may ask for on a fast CPU (a native llama.cpp build reads ~150
 # tokens/s on 2 AVX-512 cores: 30 s would allow ~4K tokens). Measured there with `ragidx eval answers`: 1.5K
-# tokens answered no more questions than 1K (PostgreSQL 0.73 both, LibreOffice en 0.69 both) and took 6 s longer.
-LOCAL_MAX_ANSWER_PROMPT_TOKENS = 1024
+# tokens answered no more questions than 1K (PostgreSQL 0.73 both, LibreOffice en 0.69 both) and took 6 s longer;
+# with the relevance floor (below) 768 tokens answered as many as 1K over four sets (76 against 78 of 132) in
+# a fifth less time (README, "Answer time").
+LOCAL_MAX_ANSWER_PROMPT_TOKENS = 768
+# The context budget leaves out articles scored under this share of the best one (Settings.budget_relevance_floor):
+# on none of four question sets did that drop an article holding the answer (HotpotQA's second-hop paragraphs
+# start to go at 0.5), and it removes a quarter of the articles shown.
+RELEVANCE_FLOOR = 0.4
 
 
 class LLMEndpoint(BaseModel):
@@ -111,7 +117,7 @@ class LLMEndpoint(BaseModel):
         "with answer_deadline_s too, the tighter of the two caps wins.",
     )
     min_prompt_tokens: int = Field(
-        default=1024,
+        default=LOCAL_MAX_ANSWER_PROMPT_TOKENS,
         ge=128,
         description="The answer-time deadline never caps the answer's prompt below this many tokens.",
     )
@@ -322,6 +328,13 @@ class Settings(BaseSettings):
     budget_trigger_pct: float = Field(default=0.85, gt=0, le=1)
     budget_target_pct: float = Field(default=0.80, gt=0, le=1)
     budget_min_article_tokens: int = Field(default=300, ge=16)
+    budget_relevance_floor: float = Field(
+        default=RELEVANCE_FLOOR,
+        ge=0.0,
+        lt=1.0,
+        description="Leave out of the prompt articles whose rerank score is under this share of the best "
+        "article's, even when they fit (0 keeps every retrieved article).",
+    )
     budget_safety_margin_pct: float = Field(default=0.05, ge=0, lt=0.5)
     memory_trigger_pct: float = Field(default=0.80, gt=0, le=1)
     compressor: Literal["extractive", "llm"] = Field(default="extractive")

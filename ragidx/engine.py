@@ -491,6 +491,7 @@ class Engine:
             memory_trigger_pct=s.memory_trigger_pct,
             fallback_context_window=s.fallback_llm.context_window if s.fallback_llm is not None else None,
             max_articles_per_call=s.top_k,
+            relevance_floor=s.budget_relevance_floor,
         )
 
     def as_chat_engine(self, *, session_id: str | None = None) -> Any:

@@ -16,6 +16,8 @@ Invariants (tested):
 - Compressed articles carry ``compressed: true``, ``original_tokens`` and ``tokens`` in metadata; each
   rewritten result's metadata carries ``tokens_saved`` and ``compressed_articles_count``.
 - Tool messages that are not search results with articles are never rewritten.
+- With ``relevance_floor`` > 0, articles scored under that share of the best one are left out (status
+  ``dropped``, ``fallback_reason`` ``below_relevance_floor``), even when they fit; the best never is.
 - The counted prompt (as rendered) + safety margin + reserved output never exceeds the window: whatever
   the compressor returns is counted and cut, worst-ranked articles are cut or dropped, then old history,
   then earlier tool-call groups of the current turn. Only when the fixed part (system prompt + tool
@@ -95,6 +97,8 @@ class ContextBudget:
         fallback_context_window: Window of a configured larger model; enables ``fallback_recommended``.
         cap: A ``RetrievalCap`` the hook sets after each run for the retrieve tool to read.
         max_articles_per_call: Upper bound of the cap (the tool's usual ``top_k``).
+        relevance_floor: Leave out articles whose ``rerank_score`` is under this share of the best one's,
+            even when they fit (0 keeps all; ``Settings.budget_relevance_floor`` says what was measured).
     """
 
     def __init__(
@@ -111,7 +115,10 @@ class ContextBudget:
         fallback_context_window: int | None = None,
         cap: RetrievalCap | None = None,
         max_articles_per_call: int | None = 5,
+        relevance_floor: float = 0.0,
     ) -> None:
+        if not 0.0 <= relevance_floor < 1.0:
+            raise ValueError(f"relevance_floor must be in [0, 1), got {relevance_floor}")
         self.limits = partial(
             WindowLimits.compute,
             margin_pct=safety_margin_pct,
@@ -128,6 +135,7 @@ class ContextBudget:
         self.fallback_context_window = fallback_context_window
         self.cap = cap
         self.max_articles_per_call = max_articles_per_call
+        self.relevance_floor = relevance_floor
 
     # --- public API -----------------------------------------------------------------------------------
     @dispatcher.span
@@ -159,6 +167,7 @@ class ContextBudget:
         )
         if question is None:
             question = message_text(messages[run.q_idx]) if run.q_idx < len(messages) else ""
+        run.apply_floor(self.relevance_floor)
         fold = self._memory_needed(run)
         if run.total <= limits.trigger and not fold and not run.table.repeats:
             run.path("under_trigger")

@@ -40,16 +40,18 @@ class ArticleOutcome(BaseModel):
     tokens_after: int = 0
     status: ArticleStatus = "kept"
     fallback_reason: str | None = Field(
-        default=None, description="Why the compressor's output was replaced (error, empty, overshoot)."
+        default=None,
+        description="Why the compressor's output was replaced (error, empty, overshoot), or why the article "
+        "was left out although it fit (below_relevance_floor).",
     )
 
 
 class BudgetReport(BaseModel):
     """Everything the budget measured and decided for one LLM call.
 
-    ``path`` lists the steps taken, in order, from: ``under_trigger``, ``memory_summarized``,
-    ``deduplicated``, ``compressed``, ``truncated``, ``dropped``, ``history_dropped``,
-    ``tool_calls_dropped``, ``fallback_recommended``, ``nothing_to_compress``.
+    ``path`` lists the steps taken, in order, from: ``below_floor``, ``under_trigger``,
+    ``memory_summarized``, ``deduplicated``, ``compressed``, ``truncated``, ``dropped``,
+    ``history_dropped``, ``tool_calls_dropped``, ``fallback_recommended``, ``nothing_to_compress``.
 
     Example:
         >>> BudgetReport(context_window=4096, tokens_after=3000).tokens_after

@@ -47,7 +47,11 @@ _DEFAULT_ARTICLE_TOKENS = 1000
 """What the cap assumes a new article costs when no article is shown to measure."""
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
-_ACTED = frozenset({"deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"})
+BELOW_FLOOR = "below_relevance_floor"
+"""``fallback_reason`` of an article dropped by the relevance floor (``ArticleTable.drop_below``)."""
+_ACTED = frozenset(
+    {"below_floor", "deduplicated", "compressed", "truncated", "dropped", "history_dropped", "tool_calls_dropped"}
+)
 
 
 @dataclass
@@ -124,6 +128,22 @@ class ArticleTable:
             for slot in slots:
                 slot.ref = slot.key in seen
                 seen.add(slot.key)
+
+    def drop_below(self, floor: float) -> int:
+        """Drop the articles whose ``rerank_score`` is under ``floor`` times the best one's: they would cost
+        the model reading time and lead it astray without holding the answer. Off when ``floor`` is 0, and
+        when a score is negative (a cross-encoder's logits: a ratio means nothing there); an article without
+        a score is kept. Returns how many were dropped."""
+        scores = {k: _number(e.article.metadata.get(RERANK_SCORE), math.nan) for k, e in self.entries.items()}
+        finite = [v for v in scores.values() if math.isfinite(v)]
+        if floor <= 0 or not finite or min(finite) < 0 or max(finite) <= 0:
+            return 0
+        bar = floor * max(finite)
+        low = [self.entries[k] for k, v in scores.items() if math.isfinite(v) and v < bar]
+        for e in low:
+            e.set("", 0, "dropped")
+            e.allocated, e.fallback_reason = 0, BELOW_FLOOR
+        return len(low)
 
     def cut_worst(self, excess: int) -> bool:
         """Free ``excess`` tokens from the worst-ranked article shown: cut it, or drop it when little would be
@@ -286,6 +306,14 @@ class BudgetRun:
             self.report.path.append(step)
 
     # --- steps ----------------------------------------------------------------------------------------
+    def apply_floor(self, floor: float) -> None:
+        """Leave out the articles under the relevance floor (``ArticleTable.drop_below``), even when all of
+        them would fit: a shorter prompt is read sooner."""
+        if self.table.drop_below(floor):
+            self.rewritten = True
+            self.path("below_floor")
+            self.send()
+
     def plan(self) -> list[tuple[Entry, int]]:
         """Allocate the room left by a skeleton prompt (the articles' content empty, as rendered) by rank.
         Returns the compression jobs ``(entry, target_tokens)``."""
@@ -331,7 +359,7 @@ class BudgetRun:
                 e.set("", 0, "dropped")
             elif a < e.raw_tokens:
                 jobs.append((e, a))
-        best, lost = alive[0], sum(e.status == "dropped" for e in entries)
+        best, lost = alive[0], sum(_dropped_for_room(e) for e in entries)
         if alloc[0] < min(best.raw_tokens, min_eff) or lost:
             self.recommend_fallback(
                 f"best article {best.key!r} gets {alloc[0]} of its {best.raw_tokens} tokens "
@@ -355,7 +383,7 @@ class BudgetRun:
         self.send()
         self.enforce()
         for status in ("compressed", "truncated", "dropped"):
-            if any(e.status == status for e in self.table.entries.values()):
+            if any(e.status == status and not _below_floor(e) for e in self.table.entries.values()):
                 self.path(status)
         if self.rewritten and not _ACTED.intersection(self.report.path):
             self.path("rewritten")
@@ -368,7 +396,7 @@ class BudgetRun:
         hard = self.limits.hard_limit
         while self.total > hard and self.rewritten and self.table.cut_worst(self.total - hard):
             self.send()
-        if self.total > hard and any(e.status == "dropped" for e in self.table.entries.values()):
+        if self.total > hard and any(_dropped_for_room(e) for e in self.table.entries.values()):
             self.recommend_fallback("all articles had to be dropped to fit the window")
         history, turn = group_spans(self.messages, 0, self.q_idx), group_spans(self.messages, self.q_idx + 1)
         for spans, step in ((history, "history_dropped"), (turn, "tool_calls_dropped")):
@@ -405,6 +433,14 @@ class BudgetRun:
         self.report.fallback_reason = f"{reason}; a fallback model with a {fallback}-token window is configured"
         self.path("fallback_recommended")
         logger.warning("context budget recommends the fallback model: %s", reason)
+
+
+def _below_floor(e: Entry) -> bool:
+    return e.status == "dropped" and e.fallback_reason == BELOW_FLOOR
+
+
+def _dropped_for_room(e: Entry) -> bool:
+    return e.status == "dropped" and e.fallback_reason != BELOW_FLOOR
 
 
 def _number(value: Any, default: float) -> float:

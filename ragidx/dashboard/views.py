@@ -121,6 +121,14 @@ def sidebar() -> Any:
     min_tokens = bar.number_input(
         "Minimum tokens per article", min_value=16, max_value=8192, value=s.budget_min_article_tokens, key="set_min"
     )
+    floor = bar.slider(
+        "Relevance floor (% of the best article's score)",
+        0,
+        90,
+        round(s.budget_relevance_floor * 100),
+        key="set_floor",
+        help="Articles scored under this share of the best one are left out of the prompt, even when they fit.",
+    )
     compressor = bar.radio(
         "Compressor", COMPRESSORS, index=COMPRESSORS.index(s.compressor), horizontal=True, key="set_compressor"
     )
@@ -131,6 +139,7 @@ def sidebar() -> Any:
         "budget_trigger_pct": trigger / 100,
         "budget_target_pct": target / 100,
         "budget_min_article_tokens": int(min_tokens),
+        "budget_relevance_floor": floor / 100,
         "compressor": compressor,
         "reranker": reranker,
         "top_k": int(top_k),

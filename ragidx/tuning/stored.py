@@ -74,6 +74,7 @@ INDEX_NEUTRAL_FIELDS = frozenset(
         "budget_trigger_pct",
         "budget_target_pct",
         "budget_min_article_tokens",
+        "budget_relevance_floor",
         "budget_safety_margin_pct",
         "memory_trigger_pct",
         "compressor",

@@ -376,3 +376,44 @@ def test_llm_summaries_keep_title_and_url_for_citations() -> None:
     assert [(a["title"], a["url"]) for a in arts] == [(f"Article kb{i}", f"https://kb.example/kb{i}") for i in range(5)]
     assert arts[0]["content"] == "Install the driver from the vendor page, then restart."
     assert result.report.compressor == "llm_summary"
+
+
+def test_relevance_floor_leaves_out_weak_articles_even_when_all_fit() -> None:
+    # Scores as the offline reranker gives them: one clear match, then articles under half its score.
+    found = [article("best", 1.5, "The default is 1930 to 2029."), article("close", 0.9, "Years are four digits.")]
+    weak = [article("weak1", 0.6, text_of_tokens(200, 50)), article("weak2", 0.3, text_of_tokens(200, 51))]
+    messages = [user("Which century range?"), tool_call("c1"), tool_result("c1", [*found, *weak])]
+    before = snapshot(messages)
+    plain = fit(ContextBudget(), messages, tools=TOOLS, context_window=8192, max_output_tokens=512)
+    floored = fit(ContextBudget(relevance_floor=0.5), messages, tools=TOOLS, context_window=8192, max_output_tokens=512)
+    assert plain.report.path == ["under_trigger"] and not plain.changed
+    assert [a.kb_id for a in floored.articles] == ["best", "close"]
+    assert [a["kb_id"] for a in payload_of(floored.messages[-1])["articles"]] == ["best", "close"]
+    assert floored.report.path == ["below_floor", "under_trigger"]
+    left_out = [o for o in floored.report.articles if o.status == "dropped"]
+    assert {o.kb_id for o in left_out} == {"weak1", "weak2"}
+    assert {o.fallback_reason for o in left_out} == {"below_relevance_floor"}
+    assert floored.report.tokens_after < plain.report.tokens_after == floored.report.tokens_before
+    assert not floored.report.fallback_recommended
+    assert snapshot(messages) == before
+
+
+def test_relevance_floor_is_relative_to_the_best_of_every_search_and_off_for_signed_scores() -> None:
+    # Two searches: the floor is a share of the best score over both, whichever search found it.
+    messages = [
+        user("q"),
+        tool_call("c1", "c2"),
+        tool_result("c1", [article("a", 0.4, "one"), article("b", 0.1, "two")]),
+        tool_result("c2", [article("c", 0.8, "three"), article("d", 0.3, "four")]),
+    ]
+    result = fit(ContextBudget(relevance_floor=0.45), messages, context_window=8192, max_output_tokens=512)
+    assert [a.kb_id for a in result.articles] == ["c", "a"]
+    # A cross-encoder's logits can be negative: a share of the best means nothing there, all are kept.
+    signed = [user("q"), tool_call("c1"), tool_result("c1", [article("a", 2.0, "x"), article("b", -3.0, "y")])]
+    result = fit(ContextBudget(relevance_floor=0.5), signed, context_window=8192, max_output_tokens=512)
+    assert [a.kb_id for a in result.articles] == ["a", "b"] and not result.changed
+
+
+def test_relevance_floor_must_be_a_share() -> None:
+    with pytest.raises(ValueError, match=r"relevance_floor must be in \[0, 1\)"):
+        ContextBudget(relevance_floor=1.0)

@@ -136,6 +136,7 @@ def cases(draw: st.DrawFn) -> dict:
         # a large reserved output makes big windows tight without megabytes of text
         "max_output": draw(st.one_of(st.integers(16, 4096), st.integers(16, int(window * 0.9)))),
         "mode": draw(st.sampled_from(MODES)),
+        "floor": draw(st.sampled_from([0.0, 0.0, 0.3, 0.5, 0.9])),
     }
 
 
@@ -164,7 +165,12 @@ PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @given(cases())
 def test_prompt_never_exceeds_window(case: dict) -> None:
     frozen = [m.model_dump() for m in case["messages"]]
-    budget = ContextBudget(ACC.tokens, compressor(case["mode"]), fallback_context_window=400_000)  # type: ignore[arg-type]
+    budget = ContextBudget(
+        ACC.tokens,
+        compressor(case["mode"]),  # type: ignore[arg-type]
+        fallback_context_window=400_000,
+        relevance_floor=case["floor"],
+    )
     window, output = case["window"], case["max_output"]
     hard = window - math.ceil(window * 0.05) - output
     kwargs = dict(system_prompt=case["system"], tools=case["tools"], context_window=window, max_output_tokens=output)
