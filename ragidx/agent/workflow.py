@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 import threading
@@ -440,6 +441,8 @@ class RagAgent(Workflow):
         reason: str | None = None
         if not not_found and _echoes_sources(cleaned, sources):
             reason = "the model only repeated the list of articles"
+        elif not not_found and _copies_articles(cleaned, sources):
+            reason = "the model copied the articles as the prompt shows them instead of answering"
         # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
         invented: list[str] = []
         if not not_found and reason is None:
@@ -762,6 +765,19 @@ def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
         return False
     items = [_LIST_MARKERS.sub("", line).strip().rstrip(".").casefold() for line in lines]
     return all(item in titles or _PLACEHOLDER.match(item) for item in items)
+
+
+def _copies_articles(text: str, sources: Sequence[dict[str, Any]]) -> bool:
+    """Whether a reply copies an article as the prompt lays it out ("[1] Tables" then a ``<article>`` line):
+    a small model continuing its prompt over articles that do not answer the question, not an answer."""
+    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return any(
+        _LIST_MARKERS.match(line) is not None
+        and _LIST_MARKERS.sub("", line).strip().casefold() in titles
+        and html.unescape(following).casefold() == "<article>"  # the reply may still write "&lt;article&gt;"
+        for line, following in zip(lines, lines[1:], strict=False)
+    )
 
 
 SOURCES_WORDS = ("sources", "source", "источники")

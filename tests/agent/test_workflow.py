@@ -628,6 +628,20 @@ def test_a_reply_that_only_repeats_the_source_list_is_not_found() -> None:
     assert answer.not_found and answer.citations == []
 
 
+def test_a_reply_that_copies_an_article_as_the_prompt_shows_it_is_not_found() -> None:
+    # qwen2.5-0.5b asked for tungsten's boiling point over LibreOffice Writer pages, shown two articles
+    reply = "[1] Tables\n<article>\nTables\n\nYou can select a table in a text document with a keyboard."
+    agent, _ = make_agent([reply], tool_mode="forced", plan="never")
+    answer = ask(agent, "At what temperature does a printed table melt?")
+    assert answer.not_found and answer.citations == [] and answer.model_text == reply
+    assert answer.not_found_reason == "the model copied the articles as the prompt shows them instead of answering"
+    agent, _ = make_agent([reply.replace("<article>", "&lt;article&gt;")], tool_mode="forced", plan="never")
+    assert ask(agent, "At what temperature does a printed table melt?").not_found  # as the local model writes it
+    # an answer that quotes HTML with an <article> element is an answer
+    agent, _ = make_agent(["Wrap it in\n<article>\n...\n</article>\n[1]"], tool_mode="forced", plan="never")
+    assert not ask(agent, "How do I mark up a printed table?").not_found
+
+
 def test_an_answer_that_is_a_list_of_steps_is_not_an_echo() -> None:
     agent, _ = make_agent(["[1] Tables\n[2] Choose Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table?")
