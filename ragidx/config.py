@@ -48,12 +48,12 @@ LOCAL_ANSWER_DEADLINE_S = 30.0
 # ... and the most prompt tokens that deadline may ask for on a fast CPU (a native llama.cpp build reads ~150
 # tokens/s on 2 AVX-512 cores: 30 s would allow ~4K tokens). Measured there with `ragidx eval answers`: 1.5K
 # tokens answered no more questions than 1K (PostgreSQL 0.73 both, LibreOffice en 0.69 both) and took 6 s longer;
-# with the relevance floor (below) 768 tokens answered as many as 1K over four sets (76 against 78 of 132) in
-# a fifth less time (README, "Answer time").
+# with the relevance floor (below) 768 tokens answered about as many as 1K over four sets (76 against 78 of 132)
+# in 15-23 % less time (README, "Answer time").
 LOCAL_MAX_ANSWER_PROMPT_TOKENS = 768
 # The context budget leaves out articles scored under this share of the best one (Settings.budget_relevance_floor):
-# on none of four question sets did that drop an article holding the answer (HotpotQA's second-hop paragraphs
-# start to go at 0.5), and it removes a quarter of the articles shown.
+# on PostgreSQL and LibreOffice en/ru that dropped no article holding the answer, on HotpotQA second-hop paragraphs
+# of 3 questions none answered before (0.5: 5, two answered); it leaves out 14-26 % of the articles shown.
 RELEVANCE_FLOOR = 0.4
 
 

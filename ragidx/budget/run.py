@@ -47,6 +47,8 @@ _DEFAULT_ARTICLE_TOKENS = 1000
 """What the cap assumes a new article costs when no article is shown to measure."""
 _MIN_USEFUL_TOKENS = 16
 _TRIM_SLACK = 4
+_LLM_SELECTED = "flash_rank"
+"""Metadata of an article the flash reranker selected (``ragidx.retrieval.flash.reranker.FLASH_RANK``)."""
 BELOW_FLOOR = "below_relevance_floor"
 """``fallback_reason`` of an article dropped by the relevance floor (``ArticleTable.drop_below``)."""
 _ACTED = frozenset(
@@ -133,8 +135,9 @@ class ArticleTable:
         """Drop the articles whose ``rerank_score`` is under ``floor`` times the best one's: they would cost
         the model reading time and lead it astray without holding the answer. Off when ``floor`` is 0, and
         when a score is negative (a cross-encoder's logits: a ratio means nothing there); an article without
-        a score is kept. Returns how many were dropped."""
-        scores = {k: _number(e.article.metadata.get(RERANK_SCORE), math.nan) for k, e in self.entries.items()}
+        a score is kept, and so is one an LLM reranker chose (flash: its score is its position). Returns how
+        many were dropped."""
+        scores = {k: _floor_score(e.article.metadata) for k, e in self.entries.items()}
         finite = [v for v in scores.values() if math.isfinite(v)]
         if floor <= 0 or not finite or min(finite) < 0 or max(finite) <= 0:
             return 0
@@ -433,6 +436,11 @@ class BudgetRun:
         self.report.fallback_reason = f"{reason}; a fallback model with a {fallback}-token window is configured"
         self.path("fallback_recommended")
         logger.warning("context budget recommends the fallback model: %s", reason)
+
+
+def _floor_score(metadata: Mapping[str, Any]) -> float:
+    """The score the relevance floor compares: ``rerank_score``; NaN (kept) without one or when an LLM chose it."""
+    return math.nan if _LLM_SELECTED in metadata else _number(metadata.get(RERANK_SCORE), math.nan)
 
 
 def _below_floor(e: Entry) -> bool:

@@ -414,6 +414,16 @@ def test_relevance_floor_is_relative_to_the_best_of_every_search_and_off_for_sig
     assert [a.kb_id for a in result.articles] == ["a", "b"] and not result.changed
 
 
+def test_relevance_floor_keeps_what_an_llm_reranker_chose() -> None:
+    # flash scores its selection by position (1.0, 0.5, ...): every article it chose stays
+    chosen = [article("a", 1.0, "one"), article("b", 0.5, "two"), article("c", 0.25, "three")]
+    for a in chosen:
+        a["metadata"]["flash_rank"] = 1
+    messages = [user("q"), tool_call("c1"), tool_result("c1", chosen)]
+    result = fit(ContextBudget(relevance_floor=0.4), messages, context_window=8192, max_output_tokens=512)
+    assert [a.kb_id for a in result.articles] == ["a", "b", "c"]
+
+
 def test_relevance_floor_must_be_a_share() -> None:
     with pytest.raises(ValueError, match=r"relevance_floor must be in \[0, 1\)"):
         ContextBudget(relevance_floor=1.0)
