@@ -438,21 +438,7 @@ class RagAgent(Workflow):
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
         cleaned = strip_echoed_sources(cleaned, sources)
-        reason: str | None = None
-        if not not_found and _echoes_sources(cleaned, sources):
-            reason = "the model only repeated the list of articles"
-        elif not not_found and _copies_articles(cleaned, sources):
-            reason = "the model copied the articles as the prompt shows them instead of answering"
-        # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
-        invented: list[str] = []
-        if not not_found and reason is None:
-            invented = (
-                ungrounded_numbers(cleaned, sources, turn.question)
-                or ungrounded_shortcuts(cleaned, sources, turn.question)
-                or ungrounded_names(cleaned, sources, turn.question)
-            )
-        if invented:
-            reason = f"the model's reply states {', '.join(invented)}, which no article shown writes"
+        reason = None if not_found else _not_an_answer(cleaned, sources, turn.question)
         if reason is not None:
             logger.info("%s: answering not found", reason)
             not_found = True
@@ -756,10 +742,30 @@ _LIST_MARKERS = re.compile(r"^(?:[-*]\s*)?(?:\[\d+\]\s*)+")
 _PLACEHOLDER = re.compile(r"^(?:\[[^\]]*\]|\(?[^\w\s]*\)?|sources?:?)$", re.I)
 
 
+def _not_an_answer(text: str, sources: Sequence[dict[str, Any]], question: str) -> str | None:
+    """Why a reply is not an answer read from the articles shown, or None when it is one."""
+    if _echoes_sources(text, sources):
+        return "the model only repeated the list of articles"
+    if _copies_articles(text, sources):
+        return "the model copied the articles as the prompt shows them instead of answering"
+    # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
+    invented = (
+        ungrounded_numbers(text, sources, question)
+        or ungrounded_shortcuts(text, sources, question)
+        or ungrounded_names(text, sources, question)
+    )
+    return f"the model's reply states {', '.join(invented)}, which no article shown writes" if invented else None
+
+
+def _shown_titles(sources: Sequence[dict[str, Any]]) -> set[str]:
+    """The shown articles' titles as the prompt's source list writes them, case-folded."""
+    return {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
+
+
 def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
     """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts", or "[1] [Retrieved Context]"
     lines): a small model's way of having nothing to say about an off-topic question."""
-    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
+    titles = _shown_titles(sources)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines or not any(_LIST_MARKERS.match(line) for line in lines):
         return False
@@ -770,7 +776,7 @@ def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
 def _copies_articles(text: str, sources: Sequence[dict[str, Any]]) -> bool:
     """Whether a reply copies an article as the prompt lays it out ("[1] Tables" then a ``<article>`` line):
     a small model continuing its prompt over articles that do not answer the question, not an answer."""
-    titles = {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
+    titles = _shown_titles(sources)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return any(
         _LIST_MARKERS.match(line) is not None
