@@ -73,7 +73,14 @@ class ModelSpeed:
                 rates["prefill_tps"] = _blend(self.prefill_tps, prefill, weight)
         writing = total_s - ttft_s
         if completion_tokens > 1 and writing > 0:
-            rates["decode_tps"] = _blend(self.decode_tps, (completion_tokens - 1) / writing, weight)
+            decode = (completion_tokens - 1) / writing
+            # Writing is never faster than reading on these machines: such a sample is tokens that arrived in
+            # one burst (the server holds text back while it could still be a stop string or half a UTF-8
+            # character), not a rate. A stored rate past the reading rate is one such burst from before this
+            # check: the first plausible sample replaces it.
+            if decode <= self.prefill_tps:
+                plausible = self.decode_tps <= self.prefill_tps
+                rates["decode_tps"] = _blend(self.decode_tps, decode, weight) if plausible else round(decode, 3)
         if completion_tokens > 0:
             rates["answer_tokens"] = _blend(self.answer_tokens, float(completion_tokens), weight)
         return replace(self, **rates, samples=self.samples + 1) if rates else self

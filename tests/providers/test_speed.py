@@ -42,6 +42,19 @@ def test_real_calls_move_the_rates_and_a_prompt_cache_hit_is_ignored() -> None:
     assert cached.prefill_tps == 30.0 and cached.decode_tps == 4.0
 
 
+def test_an_answer_that_arrives_in_one_burst_does_not_make_writing_look_instant() -> None:
+    speed = ModelSpeed(prefill_tps=150.0, decode_tps=20.0, answer_tokens=50.0)
+    # 49 tokens "written" in 0.2 ms: the server held the text back and sent it at once
+    burst = speed.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=50, total_s=5.0002)
+    assert burst.decode_tps == 20.0 and burst.prefill_tps != 150.0 and burst.samples == 1
+    # a rate stored from such a burst before this check (seen in a real speeds.json: 1.7 million tokens/s)
+    # is replaced by the first plausible sample, not averaged with it
+    broken = ModelSpeed(prefill_tps=150.0, decode_tps=1_758_740.0, answer_tokens=50.0)
+    healed = broken.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=41, total_s=7.0)
+    assert healed.decode_tps == 20.0
+    assert healed.prompt_tokens_within(30.0) < broken.prompt_tokens_within(30.0)
+
+
 def test_the_log_keeps_speeds_per_key_and_survives_a_broken_file(tmp_path: Path) -> None:
     path = tmp_path / "speeds.json"
     log = SpeedLog(path)
