@@ -179,6 +179,19 @@ def server_environment() -> dict[str, str]:
     return env
 
 
+def prune_server_logs(folder: Path, *, keep: int = 20) -> None:
+    """Delete all but the ``keep`` newest ``server-*.log`` files in ``folder`` (one is written per server
+    start; without this they pile up beside the models). Files that cannot be removed are left."""
+    logs = []
+    for path in folder.glob("server-*.log"):
+        try:
+            logs.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    for _, path in sorted(logs, reverse=True)[keep:]:
+        path.unlink(missing_ok=True)
+
+
 class LocalLLMServer:
     """Starts and stops ``llama_cpp.server`` for a packaged model, on loopback only.
 
@@ -252,6 +265,8 @@ class LocalLLMServer:
                 return self.api_base
             gguf = assemble_gguf(self.model, self.cache_dir)
             self.port = free_port()
+            if self.log_path is None:
+                prune_server_logs(gguf.parent)
             log_path = self.log_path or (gguf.parent / f"server-{self.port}.log")
             self._log_file = log_path
             cmd = self.command(gguf)

@@ -16,6 +16,7 @@ from ragidx.providers.local_llm import (
     LocalModelError,
     PackagedModel,
     assemble_gguf,
+    prune_server_logs,
     server_environment,
 )
 
@@ -32,6 +33,18 @@ def test_a_gguf_path_is_used_as_is(tmp_path: Path) -> None:
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF....")
     assert assemble_gguf(str(f)) == f
+
+
+def test_old_server_logs_are_pruned_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    for i in range(25):
+        log = tmp_path / f"server-{40000 + i}.log"
+        log.write_text(f"run {i}")
+        os.utime(log, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "qwen2.5-0.5b.gguf").write_bytes(b"GGUF")
+    prune_server_logs(tmp_path, keep=20)
+    left = sorted(p.name for p in tmp_path.glob("server-*.log"))
+    assert left == [f"server-{40000 + i}.log" for i in range(5, 25)]  # the 20 newest
+    assert (tmp_path / "qwen2.5-0.5b.gguf").is_file()
 
 
 def test_server_is_cheap_to_build_and_needs_start() -> None:
