@@ -115,7 +115,9 @@ def check_markers(
     the previous group): a marker stays when its source holds at least ``keep_ratio`` of the share of the
     statement's new words (those the question does not already use, and not the words a model talks about
     its sources with) that the best source holds, on the whole statement or on one of its sentences; when
-    none does, the best source is cited instead, provided it holds at least ``min_share`` of them.
+    none does, the best source is cited instead, provided it holds at least ``min_share`` of them. Where the
+    statement asserts values (a number with its unit, an escape such as ``\\N``) that another source writes
+    and the cited ones do not, that source is cited instead (see ``_by_values``).
 
     A small model cites by position more than by content: asked for shared_buffers' default with
     "Preset Options" shown first and "Resource Consumption" second, it wrote the right value (128MB, from
@@ -133,7 +135,9 @@ def check_markers(
         'It is 128MB. This is found in articles [2].'
     """
     source_words = [_source_words(s) for s in sources]
+    source_texts = [_shown_text([s], "") for s in sources]
     asked = _words(question)
+    asked_values = set(_values(question))
 
     def new_words(span: str) -> set[str]:
         return set(terms(span, extra_stop_words=_ASKING | _CITING)) - asked
@@ -163,9 +167,34 @@ def check_markers(
         kept = [n for n in numbers if support[n] >= keep_ratio]
         if not kept:
             kept = [best + 1] if shares[best] >= min_share else numbers
+        kept = _by_values(statement, kept, source_texts, asked_values)
         out.append("".join(f"[{n}]" for n in kept) if kept != numbers else group.group(0))
     out.append(text[start:])
     return "".join(out)
+
+
+# A value a statement asserts: a number with what is stuck to it ("1min", "2kB", "-1", "8.0.2") or an escape
+# such as "\\N". A numbered list's "1." is not one (see ``_LIST_NUMBER``).
+_VALUE = re.compile(r"(?<![\w.\\-])(?:-?\d[\w.,:/%-]*\w|-?\d|\\[A-Za-z]\w*)")
+
+
+def _values(text: str) -> list[str]:
+    plain = _LIST_NUMBER.sub(r"\1", html.unescape(text))
+    return list(dict.fromkeys(v.rstrip(".,").lower() for v in _VALUE.findall(plain)))
+
+
+def _by_values(statement: str, cited: list[int], texts: Sequence[str], asked: set[str]) -> list[int]:
+    """``cited`` (1-based), unless the statement asserts values that another source writes and the cited ones
+    do not (as many): then the source that writes most of them, the first such. A value is what a statement
+    is checked by: "autovacuum_naptime defaults to one minute (1min) [2]" where only [1] writes "1min"."""
+    values = [v for v in _values(statement) if v not in asked]
+    if not values:
+        return cited
+    held = [sum(1 for v in values if re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", t, re.I)) for t in texts]
+    top = max(held)
+    if top == 0 or max(held[n - 1] for n in cited) == top:
+        return cited
+    return [held.index(top) + 1]
 
 
 def _citation(number: int, source: dict[str, Any]) -> Citation:

@@ -80,6 +80,35 @@ def test_of_several_markers_the_unsupported_one_is_dropped() -> None:
     assert text == "The default is 128MB [2]."
 
 
+def test_the_value_a_statement_asserts_decides_its_source() -> None:
+    # Both articles discuss autovacuum_naptime in the same words; only [1] writes the value. Recorded from
+    # Qwen2.5-1.5B over the PostgreSQL docs: the right answer, cited [2].
+    sources = [
+        {"kb_id": "autovacuum", "title": "20.10. Automatic Vacuuming", "content": (
+            "autovacuum_naptime (integer): Specifies the minimum delay between autovacuum runs on any given "
+            "database. If this value is specified without units, it is taken as seconds. The default is one "
+            "minute (1min). This parameter can only be set in the postgresql.conf file.")},
+        {"kb_id": "vacuuming", "title": "25.1. Routine Vacuuming", "content": (
+            "The autovacuum launcher attempts to start one worker within each database every "
+            "autovacuum_naptime seconds; the parameter is set in the postgresql.conf file on a given database.")},
+    ]  # fmt: skip
+    text = (
+        "The autovacuum launcher waits between runs on a given database by default for one minute (1min). "
+        "This can be adjusted using the autovacuum_naptime parameter in the postgresql.conf file. [2]"
+    )
+    question = "How long does the autovacuum launcher wait between runs on a given database by default?"
+    assert check_markers(text, sources, question=question).endswith("file. [1]")
+    # a value both write, or one the question already names, decides nothing
+    assert (
+        check_markers("It is run every autovacuum_naptime [2].", sources) == "It is run every autovacuum_naptime [2]."
+    )
+    asked = "Is the default 1min?"
+    assert check_markers("Yes, 1min [2].", sources, question=asked) == "Yes, 1min [2]."
+    # a list's own numbering is not a value
+    steps = "1. Open postgresql.conf.\n2. Set autovacuum_naptime [2]."
+    assert check_markers(steps, sources) == steps
+
+
 def test_a_statement_no_source_holds_keeps_the_models_markers() -> None:
     text = "Restart the cluster afterwards [1]."
     assert check_markers(text, PG, question="How do I change it?") == text
