@@ -66,6 +66,28 @@ def test_ask_with_the_local_model_retrieves_budgets_and_cites(engine: Engine) ->
 
 
 @pytest.mark.slow
+def test_a_second_streamed_question_finds_the_model_server_still_running(engine: Engine) -> None:
+    """``stream_ask`` answers on a thread per question (the dashboard's chat). The server that the first
+    question starts must outlive that thread; it used to be killed with it and the second question failed."""
+    from ragidx.providers.llms import LLMProvider
+
+    provider = LLMProvider(threads=engine.settings.local_llm_threads, model_cache_dir=engine.settings.model_cache_dir)
+    streaming = Engine(
+        engine.settings,
+        embed_model=engine.embed_model,
+        chunk_store=engine.chunk_store,
+        article_store=engine.article_store,
+        llm_provider=provider,  # its own server, started by the first question's thread
+    )
+    try:
+        for question in ("How do I create a table of contents?", "How do I print address labels?"):
+            answer = list(streaming.stream_ask(question))[-1]
+            assert isinstance(answer, Answer) and answer.text.strip() and not answer.tool_errors
+    finally:
+        provider.close()
+
+
+@pytest.mark.slow
 def test_off_topic_question_is_not_found(engine: Engine) -> None:
     answer = engine.ask("What is the boiling point of tungsten?")
     assert answer.not_found and answer.citations == []

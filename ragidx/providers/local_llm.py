@@ -29,10 +29,12 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +162,30 @@ def _parent_death_hook() -> Callable[[], None] | None:
     return hook
 
 
+_SPAWNER: ThreadPoolExecutor | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def spawn(cmd: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, **popen)`` run on one thread that lives as long as this process.
+
+    Linux sends the parent-death signal (see :func:`_parent_death_hook`) when the *thread* that forked the
+    child ends, not the process. A server started from a short-lived thread, such as the one
+    ``Engine.stream_ask`` answers on (the dashboard's chat), was killed as soon as the first answer was
+    done, and the second question failed with "connection error".
+    """
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragidx-spawner")
+        spawner = _SPAWNER
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(cmd), **popen)
+
+    return spawner.submit(start).result()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -275,7 +301,7 @@ class LocalLLMServer:
             with log_path.open("wb") as log, warnings.catch_warnings():
                 # lancedb warns about fork() in general; this child execs at once and never touches it.
                 warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-                self._proc = subprocess.Popen(
+                self._proc = spawn(
                     cmd,
                     stdout=log,
                     stderr=subprocess.STDOUT,

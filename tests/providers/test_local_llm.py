@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,9 +21,11 @@ from ragidx.providers.local_llm import (
     LocalLLMServer,
     LocalModelError,
     PackagedModel,
+    _parent_death_hook,
     assemble_gguf,
     prune_server_logs,
     server_environment,
+    spawn,
 )
 
 
@@ -45,6 +53,28 @@ def test_old_server_logs_are_pruned_and_nothing_else_is_touched(tmp_path: Path) 
     left = sorted(p.name for p in tmp_path.glob("server-*.log"))
     assert left == [f"server-{40000 + i}.log" for i in range(5, 25)]  # the 20 newest
     assert (tmp_path / "qwen2.5-0.5b.gguf").is_file()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_child_started_from_a_short_lived_thread_outlives_the_thread() -> None:
+    """The dashboard's chat answers on a thread per question: the model server it starts must not die with it."""
+
+    def start(how: Callable[..., subprocess.Popen[bytes]], into: list[subprocess.Popen[bytes]]) -> None:
+        into.append(how(["sleep", "30"], preexec_fn=_parent_death_hook()))
+
+    children: list[subprocess.Popen[bytes]] = []
+    for how in (subprocess.Popen, spawn):
+        thread = threading.Thread(target=start, args=(how, children))
+        thread.start()
+        thread.join()
+    plain, spawned = children
+    try:
+        assert plain.wait(timeout=10) == -signal.SIGKILL  # what happened to the server before
+        time.sleep(0.5)
+        assert spawned.poll() is None
+    finally:
+        spawned.kill()
+        spawned.wait()
 
 
 def test_server_is_cheap_to_build_and_needs_start() -> None:
