@@ -112,6 +112,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        engine.warm_up()
         if args.json:
             print(json.dumps(engine.ask(args.question).to_dict(), ensure_ascii=False))
             return 0

@@ -40,6 +40,26 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
+    """Start the local model's server and have it read the agent's system prompt, so the first answer finds
+    the model's weights in memory and that prefix in its prompt cache (best effort, see ``Engine.warm_up``)."""
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+    from ragidx.agent.workflow import SYSTEM_PROMPT
+
+    try:
+        llm = provider.get(endpoint)
+        llm.chat(
+            [
+                ChatMessage(role=MessageRole.SYSTEM, content=SYSTEM_PROMPT),
+                ChatMessage(role=MessageRole.USER, content="Hi"),
+            ],
+            max_tokens=1,
+        )
+    except Exception as exc:  # the first question starts the server again and says what failed
+        logger.debug("warming up the local model failed: %s", exc)
+
+
 class Engine:
     """Ingest, retrieve and ask over a knowledge base.
 
@@ -382,6 +402,25 @@ class Engine:
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
         result: list[Article] = await self.retriever.aretrieve(query, top_k=top_k)
         return result
+
+    def warm_up(self) -> None:
+        """Get ready for a first answer in one process (the CLI's ``ask``): the local model server starts and
+        reads the system prompt once in the background while this thread opens the index, loads the embedding
+        model and runs one search, instead of one after the other on the first question. Best effort: what
+        fails here fails again, with its own error, when the question is asked.
+        """
+        endpoint = self.settings.llm
+        provider = self.llm_provider
+        server = threading.Thread(target=_prime_local_model, args=(provider, endpoint), name="ragidx-warm-up")
+        if endpoint.is_local:
+            server.start()
+        try:
+            self.retrieve("warm up", top_k=1)
+        except Exception as exc:  # the question's own search reports it
+            logger.debug("warm-up search failed: %s", exc)
+        finally:
+            if server.is_alive():
+                server.join()
 
     def ask(self, question: str, session_id: str | None = None) -> Any:
         """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.

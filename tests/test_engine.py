@@ -88,6 +88,29 @@ def test_a_second_streamed_question_finds_the_model_server_still_running(engine:
 
 
 @pytest.mark.slow
+def test_warm_up_starts_the_model_and_opens_the_index_side_by_side(engine: Engine) -> None:
+    from ragidx.providers.llms import LLMProvider
+
+    provider = LLMProvider(threads=engine.settings.local_llm_threads, model_cache_dir=engine.settings.model_cache_dir)
+    fresh = Engine(engine.settings, embed_model=engine.embed_model, llm_provider=provider)
+    try:
+        fresh.warm_up()
+        assert provider.local_server(engine.settings.llm).running  # started here, on the calling thread's behalf
+        assert fresh._retriever is not None and fresh._agent is None  # the chain is built, the agent is not yet
+        answer = fresh.ask("How do I create a table of contents?")
+        assert answer.text.strip() and not answer.tool_errors
+    finally:
+        fresh.close()
+
+
+def test_warm_up_with_a_dead_endpoint_leaves_the_error_to_the_question(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, llm=LLMEndpoint(model="m", api_base="http://127.0.0.1:9/v1"))
+    with Engine(settings) as engine:
+        engine.warm_up()  # an empty KB and no server: nothing to warm, nothing raised
+        assert engine._agent is None
+
+
+@pytest.mark.slow
 def test_off_topic_question_is_not_found(engine: Engine) -> None:
     answer = engine.ask("What is the boiling point of tungsten?")
     assert answer.not_found and answer.citations == []
