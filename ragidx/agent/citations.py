@@ -187,7 +187,7 @@ def _by_values(statement: str, cited: list[int], texts: Sequence[str], asked: se
     """``cited`` (1-based), unless the statement asserts values that another source writes and the cited ones
     do not (as many): then the source that writes most of them, the first such. A value is what a statement
     is checked by: "autovacuum_naptime defaults to one minute (1min) [2]" where only [1] writes "1min"."""
-    values = [v for v in _values(statement) if v not in asked]
+    values = [v for v in _values(statement) if v not in asked and len(v) > 1]  # a bare "2" is everywhere
     if not values:
         return cited
     held = [sum(1 for v in values if re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", t, re.I)) for t in texts]

@@ -104,6 +104,9 @@ def test_the_value_a_statement_asserts_decides_its_source() -> None:
     )
     asked = "Is the default 1min?"
     assert check_markers("Yes, 1min [2].", sources, question=asked) == "Yes, 1min [2]."
+    # a bare digit proves nothing: most articles write one
+    steps = [{"title": "", "content": "Step 2: open the table."}, {"title": "", "content": "Repeat it for the tables."}]
+    assert check_markers("Repeat it for the 2 tables [2].", steps) == "Repeat it for the 2 tables [2]."
     # a list's own numbering is not a value
     steps = "1. Open postgresql.conf.\n2. Set autovacuum_naptime [2]."
     assert check_markers(steps, sources) == steps
