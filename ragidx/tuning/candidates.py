@@ -10,7 +10,7 @@ Example:
     >>> from ragidx.config import Settings
     >>> configs = candidate_configs(Settings(reranker="none"))
     >>> {c.reranker for c in configs}, RetrievalConfig.from_settings(Settings()).label
-    ({'none'}, 'rsf a0.5 c50 offline(1,0.25,0.25,0)')
+    ({'none'}, 'rsf a0.5 c100 offline(1,0.1,0.1,0)')
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ ALPHAS = (0.0, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
 DEPTHS = (30, 50, 100)
 """Candidate chunks tried (more costs rerank time: keep ``retrieve()`` within its latency budget)."""
 OFFLINE_WEIGHTS: tuple[tuple[float, float, float, float], ...] = (
-    (1.0, 0.25, 0.25, 0.0),  # the shipped default
-    (1.0, 0.1, 0.1, 0.0),  # a light touch
+    (1.0, 0.25, 0.25, 0.0),  # the shipped default until 2026-11-26
+    (1.0, 0.1, 0.1, 0.0),  # a light touch: the shipped default
     (1.0, 0.5, 0.25, 0.0),  # more pool BM25
     (1.0, 1.0, 0.5, 0.25),  # fitted to HotpotQA: entity titles, keyword questions
 )

@@ -18,14 +18,14 @@ from ragidx.tuning.stored import (
 )
 from tests.retrieval.helpers import KB
 
-TUNED = {"hybrid_alpha": 0.2, "hybrid_fusion": "rrf", "reranker": "none", "candidate_chunks": 100}
+TUNED = {"hybrid_alpha": 0.2, "hybrid_fusion": "rrf", "reranker": "none", "candidate_chunks": 30}
 
 
 def result(fingerprint: str, values: dict | None = None) -> TuningResult:
     return TuningResult(
         settings=dict(values or TUNED),
-        picked="rrf a0.2 c100 norerank",
-        untuned="rsf a0.5 c50 offline(1,0.25,0.25,0)",
+        picked="rrf a0.2 c30 norerank",
+        untuned="rsf a0.5 c100 offline(1,0.1,0.1,0)",
         method="masked_sentence",
         queries=6,
         candidates=[],
@@ -46,12 +46,12 @@ def test_tuned_values_fill_only_the_fields_not_set_explicitly(monkeypatch: pytes
         0.2,
         "rrf",
         "none",
-        100,
+        30,  # the default is 100
     )
 
     kept = apply_tuning(Settings(hybrid_alpha=0.5, reranker="offline"), TUNED)
     assert (kept.hybrid_alpha, kept.reranker) == (0.5, "offline")  # set as keyword arguments
-    assert (kept.hybrid_fusion, kept.candidate_chunks) == ("rrf", 100)
+    assert (kept.hybrid_fusion, kept.candidate_chunks) == ("rrf", 30)
 
     monkeypatch.setenv("RAGIDX_CANDIDATE_CHUNKS", "40")  # an environment variable is explicit too
     assert apply_tuning(Settings(), TUNED).candidate_chunks == 40

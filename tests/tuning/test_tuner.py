@@ -30,6 +30,7 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.mark.parametrize(
     "config",
     [
+        RetrievalConfig(0.5, "relative_score", 100, "offline", (1.0, 0.1, 0.1, 0.0)),  # the default
         RetrievalConfig(0.5, "relative_score", 50, "offline", (1.0, 0.25, 0.25, 0.0)),
         RetrievalConfig(0.2, "rrf", 30, "offline", (1.0, 1.0, 0.5, 0.25)),
         RetrievalConfig(0.0, "relative_score", 30, "none"),
