@@ -8,6 +8,7 @@ import pytest
 
 from ragidx.config import Settings
 from ragidx.retrieval.factory import build_retriever
+from ragidx.tuning.calibrate import MIN_GAIN, Z
 from ragidx.tuning.candidates import RetrievalConfig, candidate_configs
 from ragidx.tuning.tuner import CandidateScore, RetrievalTuner, pick
 from tests.retrieval.helpers import KB, build_kb
@@ -77,6 +78,21 @@ def test_pick_keeps_the_untuned_config_unless_the_gain_is_convincing() -> None:
     assert pick(scores, untuned, min_gain=0.11).config == untuned  # no mean gain is that large
     with pytest.raises(ValueError, match="no candidates"):
         pick([], untuned)
+
+
+def test_the_shipped_margin_ignores_a_small_steady_gain() -> None:
+    """A pseudo gain of 0.006 on every query is significant but is the pseudo-queries' lexical bias in
+    size (README, "The pick's margin"); 0.03 is kept."""
+    untuned = RetrievalConfig(0.5, "relative_score", 100, "none")
+    small = RetrievalConfig(0.5, "relative_score", 30, "none")
+    large = RetrievalConfig(0.35, "rrf", 100, "none")
+    base = {f"q{i}": 0.3 + 0.01 * (i % 5) for i in range(300)}
+    steady = CandidateScore(small, {"ndcg@10": 0.326}, {q: v + 0.006 for q, v in base.items()})
+    current = CandidateScore(untuned, {"ndcg@10": 0.32}, base)
+    assert pick([current, steady], untuned, z=Z).config == small  # the rule before the margin moved
+    assert pick([current, steady], untuned, min_gain=MIN_GAIN, z=Z).config == untuned
+    clear = CandidateScore(large, {"ndcg@10": 0.35}, {q: v + 0.03 for q, v in base.items()})
+    assert pick([current, steady, clear], untuned, min_gain=MIN_GAIN, z=Z).config == large
 
 
 def test_a_config_deeper_than_the_pool_is_refused(kb: tuple, tmp_path: Path) -> None:
