@@ -46,9 +46,10 @@ def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
     from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
     from ragidx.agent.workflow import SYSTEM_PROMPT
+    from ragidx.providers.chat import capped
 
     try:
-        llm = provider.get(endpoint)
+        llm = capped(provider.get(endpoint), 1)
         llm.chat(
             [
                 ChatMessage(role=MessageRole.SYSTEM, content=SYSTEM_PROMPT),

@@ -35,6 +35,7 @@ __all__ = [
     "ContextOverflowError",
     "LLMRequestError",
     "LLMUnavailableError",
+    "capped",
     "endpoint_name",
     "model_name",
     "to_inline",
@@ -135,6 +136,25 @@ def usage(response: Any) -> dict[str, int] | None:
     if prompt is None and completion is None:
         return None
     return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
+
+
+def capped(llm: Any, max_tokens: int) -> Any:
+    """``llm`` with its replies cut at ``max_tokens`` tokens, for a short call (a probe, a warm-up).
+
+    LlamaIndex's OpenAI LLMs send their own ``max_tokens`` over the one a call passes, so
+    ``llm.chat(messages, max_tokens=1)`` still lets the model write up to the endpoint's answer reserve.
+    A copy with the field changed (the client is shared) does cut; an LLM without the field is returned as
+    it is, where the call's own argument is what counts.
+
+    Example:
+        >>> from llama_index.llms.openai_like import OpenAILike
+        >>> llm = OpenAILike(model="m", api_base="http://127.0.0.1:1/v1", api_key="-", max_tokens=512)
+        >>> capped(llm, 1).max_tokens, llm.max_tokens
+        (1, 512)
+    """
+    if getattr(llm, "max_tokens", None) is None or not hasattr(llm, "model_copy"):
+        return llm
+    return llm.model_copy(update={"max_tokens": max_tokens})
 
 
 def model_name(llm: Any) -> str:

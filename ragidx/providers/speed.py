@@ -29,6 +29,8 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
+from ragidx.providers.chat import capped
+
 logger = logging.getLogger(__name__)
 
 # A reading that implies a prefill this many times faster than the estimate came from llama.cpp's prompt
@@ -164,7 +166,7 @@ def probe_speed(llm: Any, count_tokens: Any, *, prompt_tokens: int = 320, answer
     pieces: list[str] = []
     first: float | None = None
     t0 = time.perf_counter()
-    for chunk in llm.stream_chat(messages, max_tokens=answer_tokens):
+    for chunk in capped(llm, answer_tokens).stream_chat(messages, max_tokens=answer_tokens):
         if chunk.delta:
             if first is None:
                 first = time.perf_counter() - t0

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import openai
 import pytest
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 
-from ragidx.providers.chat import ChatCaller, ContextOverflowError, LLMUnavailableError, to_inline, usage
+from ragidx.providers.chat import ChatCaller, ContextOverflowError, LLMUnavailableError, capped, to_inline, usage
 from tests.fakes.scripted_llm import ScriptedLLM
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
@@ -56,3 +57,33 @@ def test_inline_transport_turns_tool_traffic_into_plain_text() -> None:
         (MessageRole.ASSISTANT, 'Calling search({"query": "tables"})'),
         (MessageRole.USER, "Result of search:\n2 hits"),
     ]
+
+
+def test_capped_sends_its_own_max_tokens_where_a_call_argument_is_ignored() -> None:
+    sent: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        reply = {"role": "assistant", "content": "Hello"}
+        body = {
+            "id": "1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": reply, "finish_reason": "length"}],
+        }
+        return httpx.Response(200, json=body)
+
+    from llama_index.llms.openai_like import OpenAILike
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    llm = OpenAILike(
+        model="m", api_base="http://127.0.0.1:9/v1", api_key="-", max_tokens=512, http_client=client, is_chat_model=True
+    )
+    hi = [ChatMessage(role=MessageRole.USER, content="Hi")]
+    llm.chat(hi, max_tokens=1)
+    capped(llm, 1).chat(hi)
+    assert [body["max_tokens"] for body in sent] == [512, 1]  # LlamaIndex's own field wins over the argument
+    assert llm.max_tokens == 512  # the original is not changed
+    fake = ScriptedLLM([])
+    assert capped(fake, 1) is fake  # no such field: the call's argument counts
