@@ -208,7 +208,8 @@ class _EchoHold:
 
 
 class _EntityUnescaper:
-    """The model writes HTML entities it saw in the articles' JSON (``&#34;`` for a quote): show the characters.
+    """A model may write HTML entities (``&#34;`` for a quote: articles scraped from HTML hold them, and the local
+    server's chat template showed every article that way until ``ragidx.providers.llama_server``): show the characters.
     An entity split across two pieces of the stream is held back until it is complete.
 
     Example:

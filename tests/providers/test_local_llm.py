@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.tools import FunctionTool
 
 from ragidx.config import LLMEndpoint
+from ragidx.providers.chat import usage
 from ragidx.providers.llms import LLMProvider
 from ragidx.providers.local_llm import (
     PACKAGED_MODELS,
@@ -91,7 +93,7 @@ def test_server_command_skips_prompt_logits_and_keeps_threads_spinning(
     server.port = 40123
     cmd = server.command(tmp_path / "m.gguf")
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=True))
-    assert cmd[1:3] == ["-m", "llama_cpp.server"]
+    assert cmd[1:3] == ["-m", "ragidx.providers.llama_server"] and flags["--chat_format"] == "ragidx-chatml"
     assert flags["--logits_all"] == "False"  # the server's own default is True
     assert flags["--n_ctx"] == "4096" and flags["--n_threads"] == flags["--n_threads_batch"] == "3"
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "40123"
@@ -127,6 +129,10 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         )
         [call] = llm.get_tool_calls_from_response(response)
         assert call.tool_name == "retrieve_context" and isinstance(call.tool_kwargs.get("query"), str)
+        # Text reaches the model as written: thirty quote marks are not thirty "&#34;" entities.
+        quotes, letters = (llm.chat([ChatMessage(role="user", content=c * 30)]) for c in ('" ', "x "))
+        prompt_tokens = [(usage(r) or {}).get("prompt_tokens", 0) for r in (quotes, letters)]
+        assert prompt_tokens[1] > 30 and abs(prompt_tokens[0] - prompt_tokens[1]) <= 5
         server = next(iter(provider._servers.values()))
         assert server.running
     assert not server.running  # stopped when the provider closed
