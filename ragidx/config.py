@@ -51,6 +51,12 @@ LOCAL_ANSWER_DEADLINE_S = 30.0
 # with the relevance floor (below) 768 tokens answered about as many as 1K over four sets (76 against 78 of 132)
 # in 15-23 % less time (README, "Answer time").
 LOCAL_MAX_ANSWER_PROMPT_TOKENS = 768
+# The local model answers only when it rates YES ("the search results contain the answer") this much likelier, in
+# log-odds, than NO (LLMEndpoint.answer_check_margin). Chosen on LibreOffice en (answerable and plain-language
+# unanswerable questions: the highest margin that turned away no answerable question, 0.3 and 0.2 alike there);
+# HotpotQA decided between them: at 0.3 its multi-hop questions' false "not found" rose from 1 to 7 of 50, at 0.2 to 4
+# (README, "Unanswerable questions: an answer check").
+LOCAL_ANSWER_CHECK_MARGIN = 0.2
 # The context budget leaves out articles scored under this share of the best one (Settings.budget_relevance_floor):
 # on PostgreSQL and LibreOffice en/ru that dropped no article holding the answer, on HotpotQA second-hop paragraphs
 # of 3 questions none answered before (0.5: 5, two answered); it leaves out 14-26 % of the articles shown.
@@ -129,9 +135,28 @@ class LLMEndpoint(BaseModel):
         "None: the deadline alone decides.",
     )
 
+    answer_check: bool | None = Field(
+        default=None,
+        description="Before answering, ask the model in one token whether the articles shown answer the "
+        "question (on its cached prompt: ~0.5 s) and answer 'not found' when it says NO by more than "
+        "answer_check_margin. Needs a llama.cpp server (logit_bias over token strings). None: on for the local "
+        "model, off for endpoints.",
+    )
+    answer_check_margin: float = Field(
+        default=LOCAL_ANSWER_CHECK_MARGIN,
+        description="How much likelier (log-odds) YES must be than NO for the check to let the model answer "
+        "(README, 'Unanswerable questions').",
+    )
+
     @property
     def is_local(self) -> bool:
         return self.api_base is None
+
+    @property
+    def effective_answer_check(self) -> float | None:
+        """The answer check's margin, or None when there is no check."""
+        enabled = self.is_local if self.answer_check is None else self.answer_check
+        return self.answer_check_margin if enabled else None
 
     @property
     def effective_tool_mode(self) -> Literal["auto", "forced"]:

@@ -81,7 +81,8 @@ class Answer:
         articles: all articles the model was shown, deduplicated and ranked (dicts in the tool's JSON shape).
         not_found: the knowledge base had no answer; ``citations`` is then empty.
         not_found_reason: why the model's reply was set aside as not an answer from the articles (it only
-            repeated their list, or states values or names none of them writes); None otherwise.
+            repeated their list, or states values or names none of them writes), or why it was not asked for
+            one (the answer check judged that the articles shown do not answer); None otherwise.
         citation_method: ``markers`` (the model wrote [n]), ``overlap`` (attributed by shared words
             because the model wrote none), or ``none``.
         queries: every retrieval query run, in order. ``tool_errors``: failures the agent saw.

@@ -99,6 +99,13 @@ ANSWER_PROMPT = (
     "articles do not answer the question, say so.{language}\n\n"
     "Sources:\n{sources}\n\nQuestion: {question}"
 )
+# The answer check (``answer_check``): asked in place of the answer instruction, on the same cached articles; the
+# model's one-token reply is read as log-odds of YES over NO through logit_bias (README, "Unanswerable questions").
+CHECK_PROMPT = (
+    "Question: {question}\n\nDo the search results above contain the answer to this question? Reply with one "
+    "word: YES or NO."
+)
+CHECK_TOKENS = ("YES", "NO")
 PLAN_PROMPT = (
     "Before searching, plan. Call plan_searches with 1 to 3 short search queries that together cover every "
     "part of the question above (one query per part; reuse the question's own words)."
@@ -209,6 +216,7 @@ class _Turn:
     fallback_reason: str | None = None
     shrink: int = 0  # tokens taken off the window after the endpoint counted more than the budget did
     prompt_cap: int | None = None  # the answer-time deadline's cap on prompt tokens, when one is set
+    gate_reason: str | None = None  # why the model was not asked for an answer, when it was not
 
 
 class DecideEvent(Event):
@@ -269,6 +277,9 @@ class RagAgent(Workflow):
             short LLM call), ``never`` searches the question alone and goes straight to the answer.
         deadline: an answer-time target; its prompt-token cap is enforced by the budget as a tighter window.
         max_prompt_tokens: a fixed prompt-token cap, enforced the same way (the tighter cap wins).
+        answer_check: before the answer, ask the model (one token, on the answer's cached articles) whether
+            the articles shown answer the question; answer "not found" unless YES is likelier than NO by this
+            many log-odds. Needs llama.cpp's server (``logit_bias`` by token string); None: no check.
 
     Example:
         >>> RagAgent(llm, tool, ContextBudget(), context_window=8192).tool_mode   # doctest: +SKIP
@@ -298,6 +309,7 @@ class RagAgent(Workflow):
         plan: PlanMode = "always",
         deadline: AnswerDeadline | None = None,
         max_prompt_tokens: int | None = None,
+        answer_check: float | None = None,
         timeout: float | None = 1800.0,
     ) -> None:
         super().__init__(timeout=timeout)
@@ -323,6 +335,7 @@ class RagAgent(Workflow):
         self.plan = plan
         self.deadline = deadline
         self.max_prompt_tokens = max_prompt_tokens
+        self.answer_check = answer_check
         self._learned_shrink: dict[str, int] = {}
 
     # --- steps ---------------------------------------------------------------------------------------
@@ -428,13 +441,19 @@ class RagAgent(Workflow):
             if missing:
                 logger.info("not asking the model: no retrieved article mentions %s", ", ".join(missing))
                 return None, sources
+            if not await self._articles_answer(turn, fit):
+                turn.gate_reason = "the model judged that the articles shown do not answer the question"
+                logger.info("%s: answering not found", turn.gate_reason)
+                return None, sources
             return await self._stream_answer(ctx, turn, fit), sources
 
         # The instruction lists the articles the prompt shows, numbered as the inline transport numbers them.
         text, sources = await self._send(ctx, turn, None, lambda shown: _answer_prompt(turn.question, shown), send)
         if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
-            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True))
+            gated = self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True)
+            gated.not_found_reason = turn.gate_reason
+            return StopEvent(result=gated)
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
         cleaned = strip_echoed_sources(cleaned, sources)
@@ -611,6 +630,38 @@ class RagAgent(Workflow):
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
+
+    async def _articles_answer(self, turn: _Turn, fit: Fit) -> bool:
+        """The answer check: whether the model rates YES, "the articles shown answer the question", likelier
+        than NO by ``answer_check`` log-odds. One token on the answer's prompt with the check in place of the
+        answer instruction (shorter, so it fits wherever the answer's prompt fits); the server reuses the
+        articles' cache for it and again for the answer. Both tokens get +100, so the reply is one of them,
+        and YES ``-answer_check`` more: greedy decoding then picks YES exactly when its log-odds over NO reach
+        the margin. Without a check (or with the fallback model), or when the call fails, the model answers."""
+        if self.answer_check is None or turn.llm is not self.llm:
+            return True
+        yes, no = CHECK_TOKENS
+        messages = [
+            *fit.messages[:-1],
+            ChatMessage(role=MessageRole.USER, content=CHECK_PROMPT.format(question=turn.question)),
+        ]
+        t0 = time.perf_counter()
+        try:
+            response = await self._caller(turn).achat(
+                messages,
+                max_tokens=1,
+                temperature=0.0,
+                logit_bias={yes: 100.0 - self.answer_check, no: 100.0},
+                extra_body={"logit_bias_type": "tokens"},
+            )
+        except LLMRequestError as exc:  # e.g. a server that refuses logit_bias; a dead one fails the answer too
+            logger.warning("the answer check failed (%s); asking for the answer anyway", exc)
+            return True
+        finally:
+            turn.timings["answer_check"] = time.perf_counter() - t0
+            turn.timings["llm"] += turn.timings["answer_check"]
+        reply = (response.message.content or "").strip().upper()
+        return not reply.startswith(no)
 
     async def _stream_answer(self, ctx: Context, turn: _Turn, fit: Fit) -> str:
         _record(turn, fit)

@@ -233,7 +233,7 @@ def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
     """The answer text, its sources, and how it was made (articles, budget, fallbacks)."""
     st.markdown(answer.text)
     if answer.not_found:
-        why = f" The model's reply was set aside: {answer.not_found_reason}." if answer.not_found_reason else ""
+        why = f" Why: {answer.not_found_reason}." if answer.not_found_reason else ""
         st.info(f"Not found in the knowledge base: no article is cited.{why}")
     lines = citation_lines(answer)
     if lines:

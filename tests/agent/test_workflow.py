@@ -658,3 +658,44 @@ def test_a_source_list_echoed_after_the_answer_is_dropped() -> None:
     agent, _ = make_agent(["Choose File > Print [1].\n\n**Sources:**\n[1] Tables\n[2] The Writer Guide"],
                           tool_mode="forced", plan="never")  # fmt: skip
     assert "Writer Guide" in ask(agent, "How do I print a table?").text
+
+
+def test_the_answer_check_asks_for_one_token_on_the_answers_prompt_and_a_no_is_not_found() -> None:
+    agent, llm = make_agent(["NO"], tool_mode="forced", plan="never", answer_check=0.5)
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.not_found and answer.citations == [] and answer.articles
+    assert answer.not_found_reason == "the model judged that the articles shown do not answer the question"
+    [check] = llm.calls  # no answer call after a NO
+    assert check.kwargs["max_tokens"] == 1 and check.kwargs["temperature"] == 0.0
+    # both tokens lifted far above the rest; YES by 0.5 less, so greedy decoding says YES only past the margin
+    assert check.kwargs["logit_bias"] == {"YES": 99.5, "NO": 100.0}
+    assert check.kwargs["extra_body"] == {"logit_bias_type": "tokens"}
+    last = check.messages[-1].content or ""
+    assert last.startswith("Question: How do I insert a table?")
+    assert "Do the search results above contain the answer" in last
+
+
+def test_after_a_yes_the_answer_shares_everything_but_the_last_message_with_the_check() -> None:
+    agent, llm = make_agent(
+        ["YES", "Use Table > Insert Table [1]."], tool_mode="forced", plan="never", answer_check=0.5
+    )
+    answer = ask(agent, "How do I insert a table?")
+    assert not answer.not_found and [c.kb_id for c in answer.citations] == ["tables"]
+    check, reply = llm.calls
+    assert [m.content for m in check.messages[:-1]] == [m.content for m in reply.messages[:-1]]  # one cached prefix
+    assert "Sources:" in (reply.messages[-1].content or "") and "answer_check" in answer.timings
+
+
+def test_a_server_that_refuses_the_check_still_gets_the_question_answered() -> None:
+    response = httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    refused = openai.BadRequestError("logit_bias is not supported", response=response, body=None)
+    agent, llm = make_agent(
+        [refused, "Use Table > Insert Table [1]."], tool_mode="forced", plan="never", answer_check=0.5
+    )
+    answer = ask(agent, "How do I insert a table?")
+    assert not answer.not_found and len(llm.calls) == 2
+
+
+def test_without_the_check_the_model_is_asked_once() -> None:
+    agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
+    assert not ask(agent, "How do I insert a table?").not_found and len(llm.calls) == 1
