@@ -640,20 +640,14 @@ class RagAgent(Workflow):
         the margin. Without a check (or with the fallback model), or when the call fails, the model answers."""
         if self.answer_check is None or turn.llm is not self.llm:
             return True
-        yes, no = CHECK_TOKENS
+        no = CHECK_TOKENS[1]
         messages = [
             *fit.messages[:-1],
             ChatMessage(role=MessageRole.USER, content=CHECK_PROMPT.format(question=turn.question)),
         ]
         t0 = time.perf_counter()
         try:
-            response = await self._caller(turn).achat(
-                messages,
-                max_tokens=1,
-                temperature=0.0,
-                logit_bias={yes: 100.0 - self.answer_check, no: 100.0},
-                extra_body={"logit_bias_type": "tokens"},
-            )
+            response = await self._caller(turn).achat(messages, **check_options(self.answer_check))
         except LLMRequestError as exc:  # e.g. a server that refuses logit_bias; a dead one fails the answer too
             logger.warning("the answer check failed (%s); asking for the answer anyway", exc)
             return True
@@ -775,6 +769,18 @@ def _articles_as_text(result: SearchResult, numbers: dict[str, int]) -> str:
     if result.error:
         parts.append(f"Search error: {result.error}")
     return "\n\n".join(parts) or "No articles found."
+
+
+def check_options(margin: float) -> dict[str, Any]:
+    """The answer check's request options for llama.cpp's server: one token, greedy, YES or NO (both +100), YES
+    ``margin`` less. ``max_tokens`` goes in the body: LlamaIndex's ``OpenAI`` puts its own ``max_tokens`` over a
+    call's, and the two lifted tokens never end a reply, so the server would write them until that limit."""
+    yes, no = CHECK_TOKENS
+    return {
+        "temperature": 0.0,
+        "logit_bias": {yes: 100.0 - margin, no: 100.0},
+        "extra_body": {"logit_bias_type": "tokens", "max_tokens": 1},
+    }
 
 
 def _call_name(tools: Sequence[Any] | None) -> str:

@@ -65,6 +65,9 @@ class LLMProvider:
             is_function_calling_model=True,
             timeout=endpoint.effective_timeout_s,
             max_retries=0,  # the agent retries with backoff and then says clearly what failed
+            # A new client per call: every question runs on its own event loop (Engine.ask, the dashboard's
+            # threads), and a kept-alive connection from a finished loop fails the next call ("Connection error").
+            reuse_client=False,
             temperature=endpoint.temperature,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.tools import FunctionTool
 
+from ragidx.agent.workflow import check_options
 from ragidx.config import LLMEndpoint
 from ragidx.providers.chat import usage
 from ragidx.providers.llms import LLMProvider
@@ -133,6 +135,15 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         quotes, letters = (llm.chat([ChatMessage(role="user", content=c * 30)]) for c in ('" ', "x "))
         prompt_tokens = [(usage(r) or {}).get("prompt_tokens", 0) for r in (quotes, letters)]
         assert prompt_tokens[1] > 30 and abs(prompt_tokens[0] - prompt_tokens[1]) <= 5
+        # The answer check's call (ragidx.agent.workflow): one token, YES or NO, moved by the margin.
+        question = [ChatMessage(role="user", content="Is Paris in France? Reply with one word: YES or NO.")]
+        for margin, expected in ((-50.0, "YES"), (50.0, "NO")):
+            reply = llm.chat(question, **check_options(margin))
+            assert reply.message.content == expected and (usage(reply) or {}).get("completion_tokens") == 1
+        # Each question runs on its own event loop (Engine.ask): a second loop's call must not meet the first
+        # loop's kept-alive connection.
+        for _ in range(2):
+            assert asyncio.run(llm.achat(question, **check_options(50.0))).message.content == "NO"
         server = next(iter(provider._servers.values()))
         assert server.running
     assert not server.running  # stopped when the provider closed
