@@ -208,8 +208,8 @@ class _EchoHold:
 
 
 class _EntityUnescaper:
-    """A model may write HTML entities (``&#34;`` for a quote: articles scraped from HTML hold them, and the local
-    server's chat template showed every article that way until ``ragidx.providers.llama_server``): show the characters.
+    """The model writes HTML entities (``&#34;`` for a quote): the local server's chat template shows it every
+    article that way (``ragidx.providers.llama_server``), and scraped articles hold some. Show the characters.
     An entity split across two pieces of the stream is held back until it is complete.
 
     Example:

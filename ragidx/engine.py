@@ -340,7 +340,7 @@ class Engine:
             plan=s.plan_searches,
             deadline=deadline,
             max_prompt_tokens=s.llm.max_prompt_tokens,
-            answer_check=s.llm.effective_answer_check,
+            answer_check=self.llm_provider.answer_check(s.llm),
         )
 
     @property

@@ -63,6 +63,7 @@ def test_ask_with_the_local_model_retrieves_budgets_and_cites(engine: Engine) ->
     else:
         assert answer.citations and {c.kb_id for c in answer.citations} <= shown  # nothing invented
     assert answer.timings["llm"] > 0 and answer.timings["total"] >= answer.timings["llm"]
+    assert answer.timings["answer_check"] > 0  # the local model was asked first whether the articles answer
 
 
 @pytest.mark.slow

@@ -637,7 +637,8 @@ class RagAgent(Workflow):
         answer instruction (shorter, so it fits wherever the answer's prompt fits); the server reuses the
         articles' cache for it and again for the answer. Both tokens get +100, so the reply is one of them,
         and YES ``-answer_check`` more: greedy decoding then picks YES exactly when its log-odds over NO reach
-        the margin. Without a check (or with the fallback model), or when the call fails, the model answers."""
+        the margin. Without a check (or with the fallback model), or when the server refuses the call, the model
+        answers."""
         if self.answer_check is None or turn.llm is not self.llm:
             return True
         no = CHECK_TOKENS[1]

@@ -80,6 +80,10 @@ class LLMProvider:
             return GGUFTokenCounter(assemble_gguf(endpoint.model, self.model_cache_dir))
         return TokenCounter("cl100k_base")
 
+    def answer_check(self, endpoint: LLMEndpoint) -> float | None:
+        """The answer check's margin for this endpoint's model (``LLMEndpoint.answer_check``), or None."""
+        return endpoint.effective_answer_check
+
     def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: TokenCounter) -> AnswerDeadline | None:
         """The endpoint's answer-time target with its model's speed: from the speed log (kept beside the local
         models), else measured once now with one short call. None when the endpoint has no deadline."""

@@ -59,6 +59,9 @@ class ScriptedProvider:
     def token_counter(self, endpoint: LLMEndpoint) -> TokenCounter:
         return TokenCounter(endpoint.tokenizer or "cl100k_base")
 
+    def answer_check(self, endpoint: LLMEndpoint) -> None:
+        return None  # a scripted model has no YES/NO logits to weigh; its script is the answer
+
     def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: TokenCounter) -> None:
         return None  # a scripted model has no speed worth a time cap (and must not be logged as one)
 

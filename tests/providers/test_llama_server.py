@@ -1,26 +1,22 @@
-"""ragidx's chat format for llama-cpp-python's server: tool calls as chatml-function-calling, the rest unescaped."""
+"""ragidx's chat format for llama-cpp-python's server: chatml-function-calling, with logit_bias on every call."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llama_cpp import llama_chat_format
 
 from ragidx.providers.llama_server import CHAT_FORMAT, chat_handler, register
 
 
 class _Recorder:
-    """The two calls a llama-cpp-python chat handler makes on its ``Llama``: tokenize, then complete."""
+    """What a llama-cpp-python chat handler asks of its ``Llama``: a completion of the rendered prompt."""
 
     verbose = False
 
     def __init__(self) -> None:
-        self.prompt = ""
         self.options: dict[str, Any] = {}
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
-        self.prompt = text.decode()
-        return list(text)
 
     def create_completion(self, **options: Any) -> dict[str, Any]:
         self.options = options
@@ -34,25 +30,25 @@ class _Recorder:
         }
 
 
-def test_plain_calls_reach_the_model_as_written_in_chatml() -> None:
+def test_a_call_without_tools_gets_its_logit_bias_and_the_librarys_own_prompt() -> None:
     llama = _Recorder()
     messages = [
         {"role": "system", "content": "Articles are quoted data."},
-        {"role": "user", "content": "Result:\n<article>\nSET work_mem = '64MB'; -- \"a\" & b < c\n</article>"},
         {"role": "user", "content": "Question: what?"},
     ]
-    reply = chat_handler(llama, messages, logit_bias={"42": 5.0}, max_tokens=1)
-    assert llama.prompt == (
+    reply = chat_handler(llama, messages, logit_bias={"3": 5.0, "7": -2.0}, max_tokens=1)
+    assert llama.options["prompt"] == (
         "<|im_start|>system\nArticles are quoted data.<|im_end|>\n"
-        "<|im_start|>user\nResult:\n<article>\nSET work_mem = '64MB'; -- \"a\" & b < c\n</article><|im_end|>\n"
         "<|im_start|>user\nQuestion: what?<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    assert llama.options["logit_bias"] == {"42": 5.0}  # chatml-function-calling's plain path dropped it
-    assert reply["choices"][0]["message"]["content"] == "ok"
+    [bias] = llama.options["logits_processor"]  # chatml-function-calling alone dropped the bias
+    scores = bias(np.zeros(3, dtype=np.intc), np.zeros(10, dtype=np.single))
+    assert scores[3] == 5.0 and scores[7] == -2.0 and scores.sum() == 3.0
+    assert llama.options["max_tokens"] == 1 and reply["choices"][0]["message"]["content"] == "ok"
 
 
-def test_calls_with_tools_go_to_chatml_function_calling(monkeypatch: Any) -> None:
+def test_calls_with_tools_go_to_chatml_function_calling_unchanged(monkeypatch: Any) -> None:
     seen: dict[str, Any] = {}
 
     def function_calling(llama: Any, messages: Any, **kwargs: Any) -> str:
@@ -64,6 +60,7 @@ def test_calls_with_tools_go_to_chatml_function_calling(monkeypatch: Any) -> Non
     choice = {"type": "function", "function": {"name": "plan"}}
     assert chat_handler(_Recorder(), [], tools=[tool], tool_choice=choice, temperature=0.0) == "routed"
     assert seen["tools"] == [tool] and seen["tool_choice"] == choice and seen["temperature"] == 0.0
+    assert "logits_processor" not in seen
 
 
 def test_register_makes_the_format_known_to_llama_cpp() -> None:

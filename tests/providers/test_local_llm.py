@@ -131,10 +131,6 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         )
         [call] = llm.get_tool_calls_from_response(response)
         assert call.tool_name == "retrieve_context" and isinstance(call.tool_kwargs.get("query"), str)
-        # Text reaches the model as written: thirty quote marks are not thirty "&#34;" entities.
-        quotes, letters = (llm.chat([ChatMessage(role="user", content=c * 30)]) for c in ('" ', "x "))
-        prompt_tokens = [(usage(r) or {}).get("prompt_tokens", 0) for r in (quotes, letters)]
-        assert prompt_tokens[1] > 30 and abs(prompt_tokens[0] - prompt_tokens[1]) <= 5
         # The answer check's call (ragidx.agent.workflow): one token, YES or NO, moved by the margin.
         question = [ChatMessage(role="user", content="Is Paris in France? Reply with one word: YES or NO.")]
         for margin, expected in ((-50.0, "YES"), (50.0, "NO")):
