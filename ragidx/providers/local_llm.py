@@ -225,9 +225,9 @@ class LocalLLMServer:
     """Starts and stops ``llama_cpp.server`` for a packaged model, on loopback only.
 
     Cheap to construct; ``start()`` (or entering the context) assembles the model and launches the
-    server. The chat format is ``ragidx-chatml`` (:mod:`ragidx.providers.llama_server`): a call with tools goes
-    to ``chatml-function-calling``, with which a forced named tool call works through the server
-    (``tool_choice="auto"`` does not; the agent is designed around that); the rest is plain ChatML, unescaped.
+    server. The chat format is ``ragidx-chatml`` (:mod:`ragidx.providers.llama_server`): ``chatml-function-calling``,
+    with which a forced named tool call works through the server (``tool_choice="auto"`` does not; the agent is
+    designed around that), with ``logit_bias`` applied on calls without tools too (the answer check needs it).
 
     Example:
         >>> server = LocalLLMServer("qwen2.5-0.5b", n_ctx=8192)
