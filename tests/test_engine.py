@@ -64,6 +64,7 @@ def test_ask_with_the_local_model_retrieves_budgets_and_cites(engine: Engine) ->
         assert answer.citations and {c.kb_id for c in answer.citations} <= shown  # nothing invented
     assert answer.timings["llm"] > 0 and answer.timings["total"] >= answer.timings["llm"]
     assert answer.timings["answer_check"] > 0  # the local model was asked first whether the articles answer
+    assert isinstance(answer.answer_check, float)  # with its log-odds, which the local server reports
 
 
 @pytest.mark.slow

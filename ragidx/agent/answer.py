@@ -83,6 +83,9 @@ class Answer:
         not_found_reason: why the model's reply was set aside as not an answer from the articles (it only
             repeated their list, or states values or names none of them writes), or why it was not asked for
             one (the answer check judged that the articles shown do not answer); None otherwise.
+        answer_check: the answer check's log-odds that the articles shown answer the question (log P(YES) -
+            log P(NO) of the model's one-token reply; it asked for the answer when they reached the margin,
+            ``[llm] answer_check_margin``); None when no check ran or the server reported no log-probabilities.
         citation_method: ``markers`` (the model wrote [n]), ``overlap`` (attributed by shared words
             because the model wrote none), or ``none``.
         queries: every retrieval query run, in order. ``tool_errors``: failures the agent saw.
@@ -108,6 +111,7 @@ class Answer:
     tokens: dict[str, Any] = field(default_factory=dict)
     model_text: str = ""  # the model's own reply, before citation clean-up or a not-found verdict
     not_found_reason: str | None = None
+    answer_check: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
@@ -217,6 +217,7 @@ class _Turn:
     shrink: int = 0  # tokens taken off the window after the endpoint counted more than the budget did
     prompt_cap: int | None = None  # the answer-time deadline's cap on prompt tokens, when one is set
     gate_reason: str | None = None  # why the model was not asked for an answer, when it was not
+    check_log_odds: float | None = None  # the answer check's log P(YES) - log P(NO), when the server reports them
 
 
 class DecideEvent(Event):
@@ -655,6 +656,7 @@ class RagAgent(Workflow):
         finally:
             turn.timings["answer_check"] = time.perf_counter() - t0
             turn.timings["llm"] += turn.timings["answer_check"]
+        turn.check_log_odds = check_log_odds(response)
         reply = (response.message.content or "").strip().upper()
         return not reply.startswith(no)
 
@@ -725,6 +727,7 @@ class RagAgent(Workflow):
                 "completion": turn.completion_tokens,
                 "prompt_cap": turn.prompt_cap,
             },
+            answer_check=turn.check_log_odds,
         )
 
 
@@ -775,13 +778,40 @@ def _articles_as_text(result: SearchResult, numbers: dict[str, int]) -> str:
 def check_options(margin: float) -> dict[str, Any]:
     """The answer check's request options for llama.cpp's server: one token, greedy, YES or NO (both +100), YES
     ``margin`` less. ``max_tokens`` goes in the body: LlamaIndex's ``OpenAI`` puts its own ``max_tokens`` over a
-    call's, and the two lifted tokens never end a reply, so the server would write them until that limit."""
+    call's, and the two lifted tokens never end a reply, so the server would write them until that limit. The
+    token's ``logprobs`` are asked for too (:func:`check_log_odds`)."""
     yes, no = CHECK_TOKENS
     return {
         "temperature": 0.0,
         "logit_bias": {yes: 100.0 - margin, no: 100.0},
-        "extra_body": {"logit_bias_type": "tokens", "max_tokens": 1},
+        "extra_body": {
+            "logit_bias_type": "tokens",
+            "max_tokens": 1,
+            "logprobs": True,
+            "top_logprobs": CHECK_TOP_LOGPROBS,
+        },
     }
+
+
+CHECK_TOP_LOGPROBS = 20
+"""Alternatives asked for with the check's token: YES and NO are nearly always among them."""
+
+
+def check_log_odds(response: ChatResponse) -> float | None:
+    """The check's log P(YES) - log P(NO) before the bias, from the reply's ``logprobs`` (ragidx's local server
+    reports the model's own; None when the server sent none or either token is not among them)."""
+    first = (response.logprobs or [[]])[0]
+    exact = {lp.token: lp.logprob for lp in first}
+    loose: dict[str, float] = {}
+    for lp in first:  # a server may report the token with its leading space; keep the likeliest spelling
+        loose[lp.token.strip()] = max(lp.logprob, loose.get(lp.token.strip(), float("-inf")))
+    odds = []
+    for token in CHECK_TOKENS:  # the very tokens the bias lifts, else the likeliest spelling of them
+        value = exact.get(token, loose.get(token))
+        if value is None:
+            return None
+        odds.append(value)
+    return odds[0] - odds[1]
 
 
 def _call_name(tools: Sequence[Any] | None) -> str:

@@ -245,8 +245,9 @@ def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
     with st.expander("How this answer was made", expanded=expanded):
         _articles_section(answer)
         _budget_section(answer, index)
+        check = "" if answer.answer_check is None else f"answer check {answer.answer_check:+.2f} log-odds of YES · "
         st.caption(
-            f"Model {answer.model or '?'} · citations by {answer.citation_method} · "
+            f"Model {answer.model or '?'} · citations by {answer.citation_method} · {check}"
             f"queries: {'; '.join(answer.queries) or '—'} · "
             + " · ".join(f"{k} {v:.2f}s" for k, v in answer.timings.items())
         )

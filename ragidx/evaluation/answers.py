@@ -25,7 +25,11 @@ SQuAD-style answer normalization:
   ``answer_in_prompt`` (a gold answer was in the text the model was shown, after compression) and
   ``misses``, each wrong answer counted once as ``retrieval`` (the answer never reached the prompt and a
   gold article is missing), ``compression`` (the gold articles were shown but the answer was cut from
-  them), ``model`` (the answer was in the prompt) or ``error``.
+  them), ``model`` (the answer was in the prompt) or ``error``;
+- with the answer check on (the local model), ``answer_check``: its margin, how well its log-odds separate
+  answerable from unanswerable questions (``auc``) and containment, false "not found" and abstention at
+  higher margins (``by_margin``, :func:`check_curve`): how to choose ``[llm] answer_check_margin`` for a
+  knowledge base from questions about it.
 
 The scoring functions and the loop (:func:`run_questions`, :func:`summarize`) are shared with
 ``benchmarks/peer_llamaindex.py``, which asks LlamaIndex's stock query engine the same questions.
@@ -525,6 +529,7 @@ def answer_outcome(answer: Any, *, seconds: float, ttft_s: float | None, window:
         extra={
             "model_text": answer.model_text,
             "citation_method": answer.citation_method,
+            "answer_check": answer.answer_check,
             "timings": answer.timings,
             "prompt_per_call": tokens.get("prompt_per_call", []),
             "tool_errors": answer.tool_errors,
@@ -614,7 +619,44 @@ def evaluate_answers(
         server_start_s=round(startup, 2),
         **extra,
     )
+    margin = engine.llm_provider.answer_check(llm)
+    if margin is not None:
+        summary["answer_check"] = check_curve(rows, margin)
     return summary, rows
+
+
+CURVE_MARGINS = (-0.5, -0.25, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2)
+"""Answer-check margins the summary reports outcomes at (those at or above the margin of the run)."""
+
+
+def check_curve(rows: Sequence[Mapping[str, Any]], margin: float) -> dict[str, Any]:
+    """What the answer check would have done at higher margins, from the log-odds each row records.
+
+    Raising the margin only turns answers into "not found" (a question whose log-odds fall below it), and
+    the other answers stay as they were, so the outcomes at every margin at or above the run's are exact.
+    Run with a low margin (``RAGIDX_LLM__ANSWER_CHECK_MARGIN=-20``: the check never says no, but records)
+    to see them all. ``auc``: how well the log-odds separate answerable from unanswerable questions
+    (among those the check was asked about; 1.0 perfect, 0.5 chance).
+    """
+    odds = [r.get("answer_check") for r in rows]
+    pos = [float(o) for r, o in zip(rows, odds, strict=True) if r["answerable"] and o is not None]
+    neg = [float(o) for r, o in zip(rows, odds, strict=True) if not r["answerable"] and o is not None]
+    auc = (
+        round(statistics.fmean(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg), 4)
+        if pos and neg
+        else None
+    )
+    by_margin = {}
+    for m in sorted({margin, *(m for m in CURVE_MARGINS if m > margin)}):
+        declined = [o is not None and float(o) < m for o in odds]
+        answerable = [(r, d) for r, d in zip(rows, declined, strict=True) if r["answerable"]]
+        unanswerable = [(r, d) for r, d in zip(rows, declined, strict=True) if not r["answerable"]]
+        by_margin[f"{m:g}"] = {
+            "containment": _mean(float(bool(r["contained"]) and not d) for r, d in answerable),
+            "false_not_found": _mean(float(r["not_found"] or d) for r, d in answerable),
+            "abstention": _mean(float(r["not_found"] or d) for r, d in unanswerable),
+        }
+    return {"margin": margin, "checked": len(pos) + len(neg), "auc": auc, "by_margin": by_margin}
 
 
 # --- the knowledge base --------------------------------------------------------------------------

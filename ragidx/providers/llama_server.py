@@ -1,9 +1,12 @@
 """``python -m ragidx.providers.llama_server``: llama-cpp-python's OpenAI server with ragidx's chat format.
 
 llama-cpp-python's ``chatml-function-calling`` format (the one that honours a forced tool call) drops
-``logit_bias`` on calls without tools, which the answer check (``ragidx.agent.workflow.check_options``) needs.
-:data:`CHAT_FORMAT` (``ragidx-chatml``) is that format with the bias applied as a logits processor: the prompt is
-rendered by the library's own template, unchanged.
+``logit_bias`` on calls without tools, which the answer check (``ragidx.agent.workflow.check_options``) needs,
+and it gives ``logprobs`` only for a model loaded with ``logits_all`` (gigabytes of logits at an 8K context).
+:data:`CHAT_FORMAT` (``ragidx-chatml``) is that format with the bias applied as a logits processor, and with
+``logprobs`` / ``top_logprobs`` answered from the sampler's own logits (the model's, before the bias): how the
+check reports its log-odds (``Answer.answer_check``). The prompt is rendered by the library's own template,
+unchanged.
 
 That template renders with HTML autoescaping, so the model reads an article's ``"``, ``'``, ``<``, ``>`` and ``&``
 as entities (``&#34;``, ``&lt;article&gt;``): 4-10 % more tokens than the context budget counts. Rendering the
@@ -31,16 +34,22 @@ def chat_handler(
     tool_choice: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """A llama-cpp-python chat completion handler: ``chatml-function-calling``, with ``logit_bias`` applied on
-    calls without tools too."""
+    """A llama-cpp-python chat completion handler: ``chatml-function-calling``, with ``logit_bias`` applied and
+    ``logprobs`` reported on calls without tools too (not streamed ones: the check's call is not)."""
     from llama_cpp import llama_chat_format
 
-    if kwargs.get("logit_bias") and not (tools or functions):
-        bias = kwargs.pop("logit_bias")
+    recorder: _LogprobRecorder | None = None
+    if not (tools or functions):
         processors = _processors(kwargs.pop("logits_processor", None))
-        processors.append(_bias(bias))
-        kwargs["logits_processor"] = processors
-    return llama_chat_format.chatml_function_calling(
+        wanted = kwargs.pop("logprobs", None)
+        top = kwargs.pop("top_logprobs", None)
+        if wanted and not kwargs.get("stream"):
+            recorder = _LogprobRecorder(max(1, min(int(top or 1), MAX_TOP_LOGPROBS)))
+            processors.append(recorder)  # before the bias: the model's own log-probabilities
+        if kwargs.get("logit_bias"):
+            processors.append(_bias(kwargs.pop("logit_bias")))
+        kwargs["logits_processor"] = processors or None
+    response = llama_chat_format.chatml_function_calling(
         llama,
         messages,
         functions=functions,
@@ -49,6 +58,49 @@ def chat_handler(
         tool_choice=tool_choice,
         **kwargs,
     )
+    if recorder is not None:
+        choice = response["choices"][0]
+        choice["logprobs"] = recorder.chat_logprobs(llama, choice["message"].get("content") or "")
+    return response
+
+
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's limit for ``top_logprobs``."""
+
+
+class _LogprobRecorder:
+    """A logits processor that changes nothing and keeps each step's ``top`` log-probabilities: the server
+    gives ``logprobs`` only for models loaded with ``logits_all`` (a vocabulary of logits per prompt token,
+    gigabytes at 8K context), while the sampler's own logits per generated token are all a reply needs."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.steps: list[tuple[list[int], list[float]]] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        logits = np.asarray(scores, dtype=np.float64)
+        logprobs = logits - np.logaddexp.reduce(logits)
+        best = np.argsort(-logprobs)[: self.top]
+        self.steps.append(([int(i) for i in best], [float(logprobs[i]) for i in best]))
+        return scores
+
+    def chat_logprobs(self, llama: Any, text: str) -> dict[str, Any]:
+        """OpenAI's chat ``logprobs`` object: per token of ``text``, its top alternatives (a step whose token is
+        not among them reports the last one's log-probability as an upper bound)."""
+        tokens = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        content = []
+        for token, (ids, values) in zip(tokens, self.steps, strict=False):
+            top = [_entry(llama, i, v) for i, v in zip(ids, values, strict=True)]
+            chosen = next((t for i, t in zip(ids, top, strict=True) if i == token), None)
+            content.append({**(chosen or _entry(llama, token, values[-1])), "top_logprobs": top})
+        return {"content": content, "refusal": None}
+
+
+def _entry(llama: Any, token: int, logprob: float) -> dict[str, Any]:
+    piece = llama.detokenize([token])
+    return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
 
 
 def _processors(existing: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, LogProb, MessageRole
 from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
@@ -19,6 +19,7 @@ from ragidx.agent.workflow import (
     LLMUnavailableError,
     RagAgent,
     answer_language,
+    check_log_odds,
     fence,
     prompt_title,
     split_not_found,
@@ -684,6 +685,24 @@ def test_after_a_yes_the_answer_shares_everything_but_the_last_message_with_the_
     check, reply = llm.calls
     assert [m.content for m in check.messages[:-1]] == [m.content for m in reply.messages[:-1]]  # one cached prefix
     assert "Sources:" in (reply.messages[-1].content or "") and "answer_check" in answer.timings
+
+
+def test_the_check_reports_its_log_odds_when_the_server_sends_logprobs() -> None:
+    top = [LogProb(token="NO", logprob=-0.2), LogProb(token="YES", logprob=-1.9), LogProb(token="No", logprob=-4.0)]
+    no = ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="NO"), logprobs=[top])
+    agent, llm = make_agent([no], tool_mode="forced", plan="never", answer_check=0.5)
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.not_found and answer.answer_check == pytest.approx(-1.7)
+    assert llm.calls[0].kwargs["extra_body"]["logprobs"] is True  # the model's own, asked for beside the bias
+    # a server that sends none, or leaves a token out of its alternatives: no figure, the decision stands
+    assert check_log_odds(ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="YES"))) is None
+    partial = ChatResponse(message=no.message, logprobs=[[LogProb(token="NO", logprob=-0.1)]])
+    assert check_log_odds(partial) is None
+    # the very tokens the bias lifts count, not another spelling of them further down the list
+    spaced = [*top, LogProb(token=" NO", logprob=-6.0), LogProb(token=" YES", logprob=-7.0)]
+    assert check_log_odds(ChatResponse(message=no.message, logprobs=[spaced])) == pytest.approx(-1.7)
+    only_spaced = [LogProb(token=" YES", logprob=-0.5), LogProb(token=" NO", logprob=-1.5)]
+    assert check_log_odds(ChatResponse(message=no.message, logprobs=[only_spaced])) == pytest.approx(1.0)
 
 
 def test_a_server_that_refuses_the_check_still_gets_the_question_answered() -> None:

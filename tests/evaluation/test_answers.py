@@ -18,6 +18,7 @@ from ragidx.evaluation.answers import (
     Outcome,
     Question,
     answer_f1,
+    check_curve,
     citation_scores,
     contains_answer,
     load_hotpotqa,
@@ -143,6 +144,33 @@ def test_score_and_summarize_a_hand_made_run() -> None:
     assert s["overflows"] == 1 and s["errors"] == 0
     assert s["by_kind"]["point"] == {"questions": 2, "containment": 0.5, "not_found": 0.5, "p50_s": 15.0}
     assert s["by_kind"]["unanswerable"]["containment"] is None
+
+
+def test_the_check_curve_turns_answers_below_a_higher_margin_into_not_found() -> None:
+    qs = [
+        Question("a1", "port?", ("5432",), ("pg-port",)),
+        Question("a2", "mem?", ("4MB",), ("pg-mem",)),
+        Question("u1", "weather?", answerable=False),
+        Question("u2", "lunch?", answerable=False),
+        Question("u3", "gated?", answerable=False),
+    ]
+    outcomes = [
+        Outcome("It is 5432 [1].", cited=["pg-port"], seconds=1, extra={"answer_check": 1.1}),
+        Outcome("It is 4MB [1].", cited=["pg-mem"], seconds=1, extra={"answer_check": 0.3}),
+        Outcome("It is sunny [1].", cited=["x"], seconds=1, extra={"answer_check": 0.5}),
+        Outcome("", not_found=True, seconds=1, extra={"answer_check": -0.4}),  # the check said no at the run's margin
+        Outcome("", not_found=True, seconds=1, extra={"answer_check": None}),  # not found before any check
+    ]
+    rows = [score_outcome(q, o, {}) for q, o in zip(qs, outcomes, strict=True)]
+    curve = check_curve(rows, 0.2)
+    assert curve["margin"] == 0.2 and curve["checked"] == 4
+    assert curve["auc"] == 0.75  # answerable above unanswerable in 3 of 4 pairs (0.3 is below 0.5)
+    at = curve["by_margin"]
+    assert list(at) == ["0.2", "0.4", "0.6", "0.8", "1", "1.2"]  # the run's margin, then the higher ones
+    assert at["0.2"] == {"containment": 1.0, "false_not_found": 0.0, "abstention": pytest.approx(2 / 3, abs=1e-4)}
+    assert at["0.4"]["false_not_found"] == 0.5 and at["0.4"]["containment"] == 0.5  # 0.3 < 0.4: mem? declined
+    assert at["0.6"]["abstention"] == 1.0  # the "sunny" answer (0.5) declined too
+    assert at["1.2"] == {"containment": 0.0, "false_not_found": 1.0, "abstention": 1.0}
 
 
 @pytest.mark.parametrize(

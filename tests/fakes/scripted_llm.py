@@ -4,6 +4,7 @@ Each call to ``chat``/``achat`` (and the ``*_with_tools`` variants) consumes the
 script. A step is one of:
 
 - ``str``: a plain assistant reply;
+- a ``ChatResponse``: returned as it is (a reply with ``logprobs``, say);
 - ``ToolCall`` / ``list[ToolCall]``: an assistant message that calls tools;
 - an ``Exception`` instance: raised (an endpoint error);
 - a callable ``(messages, call) -> step``: computes the reply from what the model was sent.
@@ -80,6 +81,8 @@ class ScriptedLLM(PlaybackLLM):
             step = step(list(messages), call)
         if isinstance(step, BaseException):
             raise step
+        if isinstance(step, ChatResponse):
+            return step
         return ChatResponse(message=self._message(step))
 
     def _message(self, step: Step) -> ChatMessage:

@@ -16,7 +16,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.tools import FunctionTool
 
-from ragidx.agent.workflow import check_options
+from ragidx.agent.workflow import check_log_odds, check_options
 from ragidx.config import LLMEndpoint
 from ragidx.providers.chat import usage
 from ragidx.providers.llms import LLMProvider
@@ -136,6 +136,9 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         for margin, expected in ((-50.0, "YES"), (50.0, "NO")):
             reply = llm.chat(question, **check_options(margin))
             assert reply.message.content == expected and (usage(reply) or {}).get("completion_tokens") == 1
+            # the model's own log-odds, the same whatever the bias (the server has no logits_all)
+            odds = check_log_odds(reply)
+            assert odds is not None and odds > 0  # it does think Paris is in France
         # Each question runs on its own event loop (Engine.ask): a second loop's call must not meet the first
         # loop's kept-alive connection.
         for _ in range(2):
