@@ -133,12 +133,13 @@ def test_local_model_answers_and_makes_a_forced_tool_call() -> None:
         assert call.tool_name == "retrieve_context" and isinstance(call.tool_kwargs.get("query"), str)
         # The answer check's call (ragidx.agent.workflow): one token, YES or NO, moved by the margin.
         question = [ChatMessage(role="user", content="Is Paris in France? Reply with one word: YES or NO.")]
+        odds = []
         for margin, expected in ((-50.0, "YES"), (50.0, "NO")):
             reply = llm.chat(question, **check_options(margin))
             assert reply.message.content == expected and (usage(reply) or {}).get("completion_tokens") == 1
-            # the model's own log-odds, the same whatever the bias (the server has no logits_all)
-            odds = check_log_odds(reply)
-            assert odds is not None and odds > 0  # it does think Paris is in France
+            odds.append(check_log_odds(reply))  # reported although the server has no logits_all
+        # the model's own log-odds, before the bias: the same under either margin; it does think Paris is in France
+        assert odds[0] is not None and odds[0] > 0 and odds[1] == pytest.approx(odds[0], abs=1e-3)
         # Each question runs on its own event loop (Engine.ask): a second loop's call must not meet the first
         # loop's kept-alive connection.
         for _ in range(2):

@@ -8,7 +8,7 @@ import pytest
 
 from ragidx.article import Article
 from ragidx.terms import words
-from ragidx.tuning.pseudo_queries import LLMQueryWriter, make_pseudo_queries
+from ragidx.tuning.pseudo_queries import LLMQueryWriter, make_pseudo_queries, passage_language
 from tests.fakes.scripted_llm import ScriptedLLM
 
 ARTICLES = [
@@ -68,6 +68,25 @@ def test_llm_questions_are_parsed_defensively_and_failures_counted() -> None:
     assert dict(writer.fallbacks) == {"error": 1, "copied": 1}
     prompt = str(llm.calls[0].messages[-1].content)
     assert "Insert a table" in prompt and "Tables hold rows" in prompt
+
+
+def test_the_question_is_asked_for_in_the_passages_language_by_name() -> None:
+    russian = Article(
+        "ru-del",
+        "Удаление сводных диаграмм",
+        "",
+        "Чтобы удалить сводную диаграмму, выделите её и нажмите клавишу Delete. Связанная сводная таблица при "
+        "этом не удаляется.",
+        language="ru",
+    )
+    llm = ScriptedLLM(["Как удалить сводную диаграмму?", "How do I print a document?"])
+    out = LLMQueryWriter(llm).write([russian, ARTICLES[2]])
+    assert [q.text for q in out] == ["Как удалить сводную диаграмму?", "How do I print a document?"]
+    assert str(llm.calls[0].messages[-1].content).endswith("Reply with the question only, in Russian.")
+    assert str(llm.calls[1].messages[-1].content).endswith("in English.")
+    # an untranslated page of a Russian help centre gets an English question; an unknown language is referred to
+    assert passage_language("To delete a pivot chart, select it and press Delete.", "ru") == "English"
+    assert passage_language("これは日本語で書かれた説明の文章です。", "ja") == "the language of the passage"
 
 
 @pytest.mark.parametrize(
