@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragidx.article import Article
-from ragidx.language import detect_language
+from ragidx.language import article_language, detect_language
 from ragidx.sentences import split_units
 from ragidx.terms import SNOWBALL_LANGUAGES, base_language, is_stop_word, words
 
@@ -186,7 +186,9 @@ class LLMQueryWriter:
             if passage:
                 try:
                     prompt = QUESTION_PROMPT.format(
-                        title=article.title, passage=passage, language=passage_language(passage, article.language)
+                        title=article.title,
+                        passage=passage,
+                        language=passage_language(passage, article_language(article)),
                     )
                     reply = self.llm.complete(prompt)
                     text = self.parse(str(getattr(reply, "text", reply)), passage)
@@ -225,11 +227,12 @@ class LLMQueryWriter:
 
 def passage_language(passage: str, language: str | None) -> str:
     """The language to ask for, by name: the passage's, told between English and the article's ``language`` (a
-    translated help centre keeps some pages untranslated). The 1.5B model follows "in Russian": for 30 pages of
+    translated help centre keeps some pages untranslated; the writer passes the article's declared or detected
+    language, ``ragidx.language.article_language``). The 1.5B model follows "in Russian": for 30 pages of
     the LibreOffice ru sample (23 of them in Russian) its questions matched the page's language 30 times, against
     23 (16 in Russian) when asked for "the language of the passage"."""
-    candidates = {"en", base_language(language) or "en"}
-    code = detect_language(passage, candidates) if len(candidates) > 1 else "en"
+    base = base_language(language)
+    code = detect_language(passage, {"en", base} if base else None)
     name = SNOWBALL_LANGUAGES.get(code or "")
     return name.capitalize() if name else "the language of the passage"
 

@@ -86,6 +86,9 @@ def test_the_question_is_asked_for_in_the_passages_language_by_name() -> None:
     assert str(llm.calls[1].messages[-1].content).endswith("in English.")
     # an untranslated page of a Russian help centre gets an English question; an unknown language is referred to
     assert passage_language("To delete a pivot chart, select it and press Delete.", "ru") == "English"
+    undeclared = Article("ru-undeclared", russian.title, "", russian.content)  # no lang: the article's is detected
+    LLMQueryWriter(llm := ScriptedLLM(["Как удалить сводную диаграмму?"])).write([undeclared])
+    assert str(llm.calls[0].messages[-1].content).endswith("in Russian.")
     assert passage_language("これは日本語で書かれた説明の文章です。", "ja") == "the language of the passage"
 
 
