@@ -801,16 +801,15 @@ def check_log_odds(response: ChatResponse) -> float | None:
     """The check's log P(YES) - log P(NO) before the bias, from the reply's ``logprobs`` (ragidx's local server
     reports the model's own; None when the server sent none or either token is not among them)."""
     first = (response.logprobs or [[]])[0]
-    exact = {lp.token: lp.logprob for lp in first}
-    loose: dict[str, float] = {}
-    for lp in first:  # a server may report the token with its leading space; keep the likeliest spelling
-        loose[lp.token.strip()] = max(lp.logprob, loose.get(lp.token.strip(), float("-inf")))
     odds = []
-    for token in CHECK_TOKENS:  # the very tokens the bias lifts, else the likeliest spelling of them
-        value = exact.get(token, loose.get(token))
-        if value is None:
+    for token in CHECK_TOKENS:
+        # the very token the bias lifts, else the likeliest other spelling of it (with a leading space, say)
+        spelled = [lp.logprob for lp in first if lp.token == token] or [
+            lp.logprob for lp in first if lp.token.strip() == token
+        ]
+        if not spelled:
             return None
-        odds.append(value)
+        odds.append(max(spelled))
     return odds[0] - odds[1]
 
 

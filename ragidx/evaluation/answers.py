@@ -605,7 +605,7 @@ def evaluate_answers(
     if engine.article_store.count() == 0:
         raise ValueError(f"the knowledge base in {engine.settings.data_dir} is empty: ingest it first")
     t0 = time.perf_counter()
-    engine.agent()  # starts a local model server: its start is not any question's time
+    agent = engine.agent()  # starts a local model server: its start is not any question's time
     startup = time.perf_counter() - t0
     rows = run_questions(
         questions, engine_asker(engine), store_texts(engine.article_store), out=out, progress=progress, label="ragidx"
@@ -619,9 +619,8 @@ def evaluate_answers(
         server_start_s=round(startup, 2),
         **extra,
     )
-    margin = engine.llm_provider.answer_check(llm)
-    if margin is not None:
-        summary["answer_check"] = check_curve(rows, margin)
+    if agent.answer_check is not None:  # the margin the questions were asked with
+        summary["answer_check"] = check_curve(rows, agent.answer_check)
     return summary, rows
 
 

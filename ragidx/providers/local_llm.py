@@ -227,7 +227,8 @@ class LocalLLMServer:
     Cheap to construct; ``start()`` (or entering the context) assembles the model and launches the
     server. The chat format is ``ragidx-chatml`` (:mod:`ragidx.providers.llama_server`): ``chatml-function-calling``,
     with which a forced named tool call works through the server (``tool_choice="auto"`` does not; the agent is
-    designed around that), with ``logit_bias`` applied on calls without tools too (the answer check needs it).
+    designed around that), with ``logit_bias`` applied and ``logprobs`` reported on calls without tools too (the
+    answer check needs both).
 
     Example:
         >>> server = LocalLLMServer("qwen2.5-0.5b", n_ctx=8192)
