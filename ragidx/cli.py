@@ -144,6 +144,8 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
         # the reply on screen was set aside (say why, since it was already printed)
         if streamed.strip() and answer.not_found_reason:
             print(f"\n\nThis reply is not an answer from the knowledge base: {answer.not_found_reason}.")
+        elif progress and answer.not_found_reason:  # the model was not asked: why, beside the progress lines
+            print(f"· not answered: {answer.not_found_reason}", file=sys.stderr, flush=True)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
     elif _markers(held.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):

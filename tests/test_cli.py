@@ -128,6 +128,11 @@ def test_ask_says_not_found_when_nothing_is_relevant(scripted_kb: str, capsys: p
     assert main(["--data-dir", scripted_kb, "ask", "Welche Farbe hat der Himmel über Tokio?", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert out.strip() == "I could not find the answer to this question in the knowledge base."
+    # without --quiet, the progress lines (stderr) end with why the model was not asked; stdout is the same
+    assert main(["--data-dir", scripted_kb, "ask", "Welche Farbe hat der Himmel über Tokio?"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "I could not find the answer to this question in the knowledge base."
+    assert err.rstrip().endswith("· not answered: no article shown shares a word with the question")
 
 
 def test_ask_says_why_a_streamed_reply_was_set_aside(

@@ -82,7 +82,9 @@ class Answer:
         not_found: the knowledge base had no answer; ``citations`` is then empty.
         not_found_reason: why the model's reply was set aside as not an answer from the articles (it only
             repeated their list, or states values or names none of them writes), or why it was not asked for
-            one (the answer check judged that the articles shown do not answer); None otherwise.
+            one (the search found nothing; no article shares a word with the question or names what it asks
+            about; the answer check judged that the articles shown do not answer, with its log-odds); None when
+            the model itself said it found no answer, and for answers.
         answer_check: the answer check's log-odds that the articles shown answer the question (log P(YES) -
             log P(NO) of the model's one-token reply; it asked for the answer when they reached the margin,
             ``[llm] answer_check_margin``); None when no check ran or the server reported no log-probabilities.

@@ -432,19 +432,19 @@ class RagAgent(Workflow):
         # Whole, as retrieved: what the gate checks the question's names against.
         retrieved = [a.to_dict() for r in turn.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)]
         if not any(a["content"] for a in retrieved):
-            return StopEvent(result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True))
+            empty = self._finish(turn, NOT_FOUND_TEXT, [], not_found=True)
+            empty.not_found_reason = "the search found no article"
+            return StopEvent(result=empty)
 
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
-            if not sources or (self.relevance_gate and not shares_terms(turn.question, sources)):
-                return None, sources
-            missing = missing_identifiers(turn.question, retrieved) if self.relevance_gate else []
-            if missing:
-                logger.info("not asking the model: no retrieved article mentions %s", ", ".join(missing))
-                return None, sources
-            if not await self._articles_answer(turn, fit):
-                turn.gate_reason = "the model judged that the articles shown do not answer the question"
-                logger.info("%s: answering not found", turn.gate_reason)
+            turn.gate_reason = self._gate(turn, sources, retrieved)
+            if turn.gate_reason is None and not await self._articles_answer(turn, fit):
+                odds, margin = turn.check_log_odds, self.answer_check
+                figures = "" if odds is None or margin is None else f" (log-odds {odds:+.2f} < margin {margin:+.2f})"
+                turn.gate_reason = f"the model judged that the articles shown do not answer the question{figures}"
+            if turn.gate_reason is not None:
+                logger.info("not asking the model for an answer: %s", turn.gate_reason)
                 return None, sources
             return await self._stream_answer(ctx, turn, fit), sources
 
@@ -631,6 +631,19 @@ class RagAgent(Workflow):
             turn.timings["llm"] += time.perf_counter() - t0
         turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
+
+    def _gate(self, turn: _Turn, sources: list[dict[str, Any]], retrieved: list[dict[str, Any]]) -> str | None:
+        """Why the model is not asked at all (said to the user as the answer's ``not_found_reason``), or None."""
+        if not sources:
+            return "no article found was relevant enough to show the model"
+        if not self.relevance_gate:
+            return None
+        if not shares_terms(turn.question, sources):
+            return "no article shown shares a word with the question"
+        missing = missing_identifiers(turn.question, retrieved)
+        if missing:
+            return f"no article found mentions {', '.join(missing)}"
+        return None
 
     async def _articles_answer(self, turn: _Turn, fit: Fit) -> bool:
         """The answer check: whether the model rates YES, "the articles shown answer the question", likelier

@@ -530,6 +530,7 @@ def answer_outcome(answer: Any, *, seconds: float, ttft_s: float | None, window:
             "model_text": answer.model_text,
             "citation_method": answer.citation_method,
             "answer_check": answer.answer_check,
+            "not_found_reason": answer.not_found_reason,
             "timings": answer.timings,
             "prompt_per_call": tokens.get("prompt_per_call", []),
             "tool_errors": answer.tool_errors,

@@ -275,6 +275,7 @@ def test_nothing_found_gives_an_honest_answer_without_citations_or_an_llm_answer
     answer = ask(agent, "Explain quantum entanglement")
     assert answer.not_found and answer.text == NOT_FOUND_TEXT and answer.citations == []
     assert len(llm.calls) == 2  # no answer call: there was nothing to answer from
+    assert answer.not_found_reason == "the search found no article"
 
 
 def test_off_topic_question_is_not_found_without_asking_the_model() -> None:
@@ -283,12 +284,14 @@ def test_off_topic_question_is_not_found_without_asking_the_model() -> None:
     answer = ask(agent, "Boiling point of tungsten?")
     assert answer.not_found and answer.citations == [] and answer.articles
     assert len(llm.calls) == 2  # no answer call
+    assert answer.not_found_reason == "no article shown shares a word with the question"
 
 
 def test_model_saying_not_found_is_honoured() -> None:
-    agent, _ = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop", "NOT_FOUND"])
-    answer = ask(agent, "What is the price of LibreOffice support in Peru?")
-    assert answer.not_found and answer.citations == []
+    agent, llm = make_agent([ToolCall("retrieve_context", {"query": "table"}), "stop", "NOT_FOUND"])
+    answer = ask(agent, "What is the price of table support in Peru?")
+    assert answer.not_found and answer.citations == [] and len(llm.calls) == 3
+    assert answer.not_found_reason is None  # the model's own words, not a gate's
 
 
 @pytest.mark.parametrize(
@@ -543,6 +546,7 @@ def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking(
     agent, llm = make_agent(["The default of tbl_frobnicate is 1 [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "What is the default of tbl_frobnicate when I insert a table?")
     assert answer.not_found and not llm.calls  # the model was never asked to invent a value
+    assert answer.not_found_reason == "no article found mentions tbl_frobnicate"
     agent, llm = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never")
     answer = ask(agent, "How do I insert a table with Ctrl+F12 in LibreOffice?")  # product names are not checked
     assert not answer.not_found and len(llm.calls) == 1
@@ -693,6 +697,9 @@ def test_the_check_reports_its_log_odds_when_the_server_sends_logprobs() -> None
     agent, llm = make_agent([no], tool_mode="forced", plan="never", answer_check=0.5)
     answer = ask(agent, "How do I insert a table?")
     assert answer.not_found and answer.answer_check == pytest.approx(-1.7)
+    assert answer.not_found_reason == (
+        "the model judged that the articles shown do not answer the question (log-odds -1.70 < margin +0.50)"
+    )
     assert llm.calls[0].kwargs["extra_body"]["logprobs"] is True  # the model's own, asked for beside the bias
     # a server that sends none, or leaves a token out of its alternatives: no figure, the decision stands
     assert check_log_odds(ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="YES"))) is None

@@ -423,6 +423,7 @@ def test_evaluate_answers_through_the_engine(tmp_path: Path, files: tuple[Path, 
     assert port["ttft_s"] is not None and port["ttft_s"] <= port["seconds"]
     assert port["llm_calls"] == 1 and port["queries"][0] == "Which TCP port does the server listen on?"
     assert written[2]["not_found"] and written[2]["cited"] == [] and written[2]["contained"] is None
+    assert port["not_found_reason"] is None and written[2]["not_found_reason"]  # a gate's decline says why
 
 
 def test_cli_main_kb_form(
