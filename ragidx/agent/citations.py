@@ -112,7 +112,7 @@ def check_markers(
     text: str, sources: Sequence[dict[str, Any]], *, question: str = "", keep_ratio: float = 0.5, min_share: float = 0.3
 ) -> str:
     """``text`` with each group of ``[n]`` markers checked against the statement it closes (the text since
-    the previous group): a marker stays when its source holds at least ``keep_ratio`` of the share of the
+    the previous group, and the rest of the sentence when the group stands inside one): a marker stays when its source holds at least ``keep_ratio`` of the share of the
     statement's new words (those the question does not already use, and not the words a model talks about
     its sources with) that the best source holds, on the whole statement or on one of its sentences; when
     none does, the best source is cited instead, provided it holds at least ``min_share`` of them. Where the
@@ -146,9 +146,9 @@ def check_markers(
     start = 0
     for group in _GROUP.finditer(text):
         numbers = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", group.group(0))))
-        statement = text[start : group.start()]
+        out.append(text[start : group.start()])
+        statement = text[start : group.start()] + _rest_of_sentence(text, group)
         claim = new_words(statement)
-        out.append(statement)
         start = group.end()
         if not claim or not all(1 <= n <= len(sources) for n in numbers):
             out.append(group.group(0))
@@ -171,6 +171,16 @@ def check_markers(
         out.append("".join(f"[{n}]" for n in kept) if kept != numbers else group.group(0))
     out.append(text[start:])
     return "".join(out)
+
+
+def _rest_of_sentence(text: str, group: re.Match[str]) -> str:
+    """The words after a group of markers written inside a sentence, up to its end: "… is [1]
+    META-INF/documentsignatures.xml." cites the file's name, which comes after the marker. Nothing when the
+    marker closes its sentence (or a line)."""
+    if re.search(r"[.!?:]\s*$", text[: group.start()]):
+        return ""
+    rest = re.match(r"[^.!?\n\[]*(?:\.(?=\w)[^.!?\n\[]*)*", text[group.end() :])
+    return " " + rest.group(0) if rest and re.search(r"\w", rest.group(0)) else ""
 
 
 # A value a statement asserts: a number with what is stuck to it ("1min", "2kB", "-1", "8.0.2") or an escape

@@ -183,3 +183,24 @@ def test_a_shortcut_written_with_another_platforms_key_names_is_grounded() -> No
     assert ungrounded_shortcuts("Press Ctrl+Alt+V [1].", sources) == ["Ctrl+Alt+V"]
     # one shortcut the articles write is enough to trust the answer, as with numbers
     assert ungrounded_shortcuts("Press Ctrl+Alt+V, or Ctrl+Alt+Shift+V [1].", sources) == []
+
+
+SIGNING = [
+    {"kb_id": "send", "title": "Digitally Signing Documents", "url": "u1",
+     "content": "Choose File - Digital Signatures to sign a document. The signature covers the document."},
+    {"kb_id": "about", "title": "About Digital Signatures", "url": "u2",
+     "content": "Every file of the ODF package is signed except META-INF/documentsignatures.xml, which holds them."},
+]  # fmt: skip
+SIGNING_Q = "Which file inside a signed ODF document is not itself covered by the digital signature?"
+
+
+def test_a_marker_inside_a_sentence_is_checked_against_the_words_after_it() -> None:
+    # the local model's own reply (LibreOffice en): the marker before the value, all words before it the question's
+    text = "The file not covered by the digital signature is [1] META-INF/documentsignatures.xml."
+    assert check_markers(text, SIGNING, question=SIGNING_Q) == text.replace("[1]", "[2]")
+    # a marker that closes its sentence is checked against that sentence only, not the next one
+    text = "Choose File - Digital Signatures [1]. It is META-INF/documentsignatures.xml [2]."
+    assert check_markers(text, SIGNING, question=SIGNING_Q) == text
+    # a marker at the start of a sentence stands for the rest of it
+    text = "According to [1], every file is signed except META-INF/documentsignatures.xml."
+    assert check_markers(text, SIGNING, question=SIGNING_Q) == text.replace("[1]", "[2]")
