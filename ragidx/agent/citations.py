@@ -112,12 +112,13 @@ def check_markers(
     text: str, sources: Sequence[dict[str, Any]], *, question: str = "", keep_ratio: float = 0.5, min_share: float = 0.3
 ) -> str:
     """``text`` with each group of ``[n]`` markers checked against the statement it closes (the text since
-    the previous group, and the rest of the sentence when the group stands inside one): a marker stays when its source holds at least ``keep_ratio`` of the share of the
-    statement's new words (those the question does not already use, and not the words a model talks about
-    its sources with) that the best source holds, on the whole statement or on one of its sentences; when
-    none does, the best source is cited instead, provided it holds at least ``min_share`` of them. Where the
-    statement asserts values (a number with its unit, an escape such as ``\\N``) that another source writes
-    and the cited ones do not, that source is cited instead (see ``_by_values``).
+    the previous group, and the rest of the sentence when the group stands inside one): a marker stays when
+    its source holds at least ``keep_ratio`` of the share of the statement's new words (those the question
+    does not already use, and not the words a model talks about its sources with) that the best source holds,
+    on the whole statement or on one of its sentences; when none does, the best source is cited instead,
+    provided it holds at least ``min_share`` of them. Where the statement asserts values (a number with its
+    unit, an escape such as ``\\N``) that another source writes and the cited ones do not, that source is
+    cited instead (see ``_by_values``).
 
     A small model cites by position more than by content: asked for shared_buffers' default with
     "Preset Options" shown first and "Resource Consumption" second, it wrote the right value (128MB, from
