@@ -218,6 +218,7 @@ class _Turn:
     prompt_cap: int | None = None  # the answer-time deadline's cap on prompt tokens, when one is set
     gate_reason: str | None = None  # why the model was not asked for an answer, when it was not
     check_log_odds: float | None = None  # the answer check's log P(YES) - log P(NO), when the server reports them
+    prompt_read: bool = False  # the answer's articles are in the server's cache already (the check read them)
 
 
 class DecideEvent(Event):
@@ -670,6 +671,16 @@ class RagAgent(Workflow):
             turn.timings["answer_check"] = time.perf_counter() - t0
             turn.timings["llm"] += turn.timings["answer_check"]
         turn.check_log_odds = check_log_odds(response)
+        turn.prompt_read = True
+        if self.deadline is not None:
+            # the check's one token on the articles is the turn's real reading speed; the answer after it starts
+            # from the server's cache, so its first token says nothing about reading (see _stream_answer)
+            check_tokens = fit.tokens - self.budget.tokens.count(fit.messages[-1].content or "")
+            check_tokens += self.budget.tokens.count(messages[-1].content or "")
+            seconds = turn.timings["answer_check"]
+            self.deadline.observe(
+                prompt_tokens=check_tokens, ttft_s=seconds, completion_tokens=0, total_s=seconds, read=True
+            )
         reply = (response.message.content or "").strip().upper()
         return not reply.startswith(no)
 
@@ -693,9 +704,8 @@ class RagAgent(Workflow):
         if first:
             turn.timings["answer_ttft"] = first[0]
             if self.deadline is not None and turn.llm is self.llm:
-                self.deadline.observe(
-                    prompt_tokens=turn.prompt_tokens[-1], ttft_s=first[0], completion_tokens=written, total_s=total
-                )
+                read = 0 if turn.prompt_read else turn.prompt_tokens[-1]  # after the check: writing only
+                self.deadline.observe(prompt_tokens=read, ttft_s=first[0], completion_tokens=written, total_s=total)
         return text
 
     def _caller(self, turn: _Turn) -> ChatCaller:

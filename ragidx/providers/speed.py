@@ -65,13 +65,23 @@ class ModelSpeed:
         return max(0, int(reading * self.prefill_tps))
 
     def observed(
-        self, *, prompt_tokens: int, ttft_s: float, completion_tokens: int, total_s: float, weight: float = 0.3
+        self,
+        *,
+        prompt_tokens: int,
+        ttft_s: float,
+        completion_tokens: int,
+        total_s: float,
+        weight: float = 0.3,
+        read: bool = False,
     ) -> ModelSpeed:
-        """These rates moved toward one real call's (exponential average); cache hits are ignored."""
+        """These rates moved toward one real call's (exponential average). A first token far sooner than the
+        estimate is taken for a cache hit and ignored, unless ``read`` says the tokens were all read (the
+        answer check's call on a prompt no earlier call sent): then it counts however fast, so an estimate
+        that a run of partial cache hits pushed up comes back down."""
         rates = {}
         if ttft_s > 0 and prompt_tokens > 0:
             prefill = prompt_tokens / ttft_s
-            if prefill < _CACHE_HIT_RATIO * self.prefill_tps:
+            if read or prefill < _CACHE_HIT_RATIO * self.prefill_tps:
                 rates["prefill_tps"] = _blend(self.prefill_tps, prefill, weight)
         writing = total_s - ttft_s
         if completion_tokens > 1 and writing > 0:
@@ -222,10 +232,16 @@ class AnswerDeadline:
         cap = max(self.floor_tokens, self.speed.prompt_tokens_within(self.deadline_s - elapsed_s))
         return cap if self.ceiling_tokens is None else min(cap, max(self.ceiling_tokens, self.floor_tokens))
 
-    def observe(self, *, prompt_tokens: int, ttft_s: float, completion_tokens: int, total_s: float) -> None:
+    def observe(
+        self, *, prompt_tokens: int, ttft_s: float, completion_tokens: int, total_s: float, read: bool = False
+    ) -> None:
         with self._lock:
             self.speed = self.speed.observed(
-                prompt_tokens=prompt_tokens, ttft_s=ttft_s, completion_tokens=completion_tokens, total_s=total_s
+                prompt_tokens=prompt_tokens,
+                ttft_s=ttft_s,
+                completion_tokens=completion_tokens,
+                total_s=total_s,
+                read=read,
             )
             speed = self.speed
         if self.log is not None:

@@ -236,6 +236,38 @@ def test_an_answer_deadline_caps_the_answer_prompt_and_learns_from_the_call() ->
     assert "answer_ttft" in answer.timings and deadline.speed.samples == 1  # the real call refreshed the rates
 
 
+class _RecordingDeadline(AnswerDeadline):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[dict[str, Any]] = []
+
+    def observe(self, **call: Any) -> None:
+        self.seen.append(call)
+        super().observe(**call)
+
+
+def test_after_the_check_the_reading_speed_comes_from_the_check_not_from_the_cached_answer() -> None:
+    # The check reads the articles; the answer after it starts from the server's cache, so its quick first token
+    # is no reading speed (taken as one, it ratcheted a real speeds.json from ~140 to 706 prompt tokens/s).
+    deadline = _RecordingDeadline(600.0, ModelSpeed(prefill_tps=100.0, decode_tps=10.0, answer_tokens=20.0))
+    agent, _ = make_agent(["YES", "Use Table > Insert Table [1]."], tool_mode="forced", plan="never",
+                          answer_check=0.2, deadline=deadline)  # fmt: skip
+    answer = ask(agent, "How do I insert a table?")
+    check, reply = deadline.seen
+    assert check["completion_tokens"] == 0 and check["ttft_s"] == pytest.approx(
+        answer.timings["answer_check"], abs=1e-3
+    )
+    prompt = answer.tokens["prompt_per_call"][-1]
+    assert 0 < check["prompt_tokens"] < prompt  # the check's shorter last message in place of the answer's
+    assert reply["prompt_tokens"] == 0 and reply["completion_tokens"] > 0  # the answer: writing only
+    # without the check the answer's first token still measures the reading
+    deadline = _RecordingDeadline(600.0, ModelSpeed(prefill_tps=100.0, decode_tps=10.0, answer_tokens=20.0))
+    agent, _ = make_agent(["Use Table > Insert Table [1]."], tool_mode="forced", plan="never", deadline=deadline)
+    answer = ask(agent, "How do I insert a table?")
+    [reply] = deadline.seen
+    assert reply["prompt_tokens"] == answer.tokens["prompt_per_call"][-1]
+
+
 def test_a_deadline_too_tight_for_the_fixed_prompt_falls_back_to_the_window() -> None:
     deadline = AnswerDeadline(1.0, ModelSpeed(prefill_tps=1.0, decode_tps=1.0), floor_tokens=128)
     agent, _ = make_agent(["Tuned for table work [1]."], tool=long_tool(300), tool_mode="forced", plan="never",

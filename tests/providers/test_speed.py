@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ragidx.providers.speed import AnswerDeadline, ModelSpeed, SpeedLog, machine_key, probe_speed
 from ragidx.providers.tokenizer import TokenCounter
 from tests.fakes.scripted_llm import ScriptedLLM, text_of
@@ -40,6 +42,20 @@ def test_real_calls_move_the_rates_and_a_prompt_cache_hit_is_ignored() -> None:
     # 1,000 tokens "read" in 1 s: the server reused a cached prefix; the prefill rate must not jump
     cached = speed.observed(prompt_tokens=1000, ttft_s=1.0, completion_tokens=41, total_s=11.0)
     assert cached.prefill_tps == 30.0 and cached.decode_tps == 4.0
+
+
+def test_a_reading_known_to_be_whole_counts_however_fast_and_brings_an_inflated_estimate_down() -> None:
+    # a speeds.json that answers after the check (cache hits under 3x the estimate) had pushed up step by step
+    inflated = ModelSpeed(prefill_tps=706.0, decode_tps=20.0, answer_tokens=20.0, samples=830)
+    real = inflated.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0, read=True)
+    assert real.prefill_tps == pytest.approx(0.7 * 706.0 + 0.3 * 140.0) and real.decode_tps == 20.0
+    assert real.answer_tokens == 20.0  # no answer was written
+    for _ in range(10):
+        real = real.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0, read=True)
+    assert real.prefill_tps < 160.0
+    # and a whole reading faster than 3x the estimate (a machine that got faster) is taken too
+    slow = ModelSpeed(prefill_tps=30.0, decode_tps=4.0)
+    assert slow.observed(prompt_tokens=1000, ttft_s=1.0, completion_tokens=0, total_s=1.0, read=True).prefill_tps > 30
 
 
 def test_an_answer_that_arrives_in_one_burst_does_not_make_writing_look_instant() -> None:
