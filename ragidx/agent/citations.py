@@ -251,13 +251,22 @@ _NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
 _LIST_NUMBER = re.compile(r"^([ \t]*(?:[-*][ \t]*)?)\d{1,2}[.)](?=[ \t])", re.M)
 
 
+# Where the model says it read something: "found in article [2] at line 108", "в статье [1] на странице 6". Its
+# number points into a source (and is often made up); it is no value the answer states.
+_LOCATOR = re.compile(
+    r"(?i)((?:\[\d{1,3}\]|\barticles?\b|\bsources?\b|\bстать\w*|\bисточник\w*)[^.!?\n]{0,30}?"
+    r"\b(?:at|on|in|на|в)\s+(?:line|page|paragraph|строке|странице|абзаце)\s+)\d+"
+)
+
+
 def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
     """The numbers an answer states when **none** of them occurs in the sources or the question, else ``[]``.
 
     Such an answer was not read from the articles: asked for "the maximum number of rows in a Calc sheet"
     over articles that never give it, a small model writes "65,536" from memory. One number the articles
-    do write is enough to trust the rest (conversions, counts). ``[n]`` markers, a numbered list's "1." and
-    the digits of an HTML entity a model wrote (``&#34;``) are not numbers.
+    do write is enough to trust the rest (conversions, counts). ``[n]`` markers, a numbered list's "1.", the
+    digits of an HTML entity a model wrote (``&#34;``) and where the model says it read something ("article
+    [2] at line 108": the local model added that to a right PostgreSQL answer) are not numbers it states.
 
     Example:
         >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
@@ -266,8 +275,10 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
         []
         >>> ungrounded_numbers("1. Choose Help - About.\\n2. Read the version [1].", [{"content": "Help - About"}])
         []
+        >>> ungrounded_numbers("It is WARNING, as article [2] says at line 108.", [{"content": "WARNING"}])
+        []
     """
-    plain = _LIST_NUMBER.sub(r"\1", _MARKER.sub(" ", html.unescape(answer)))
+    plain = _LIST_NUMBER.sub(r"\1", _MARKER.sub(" ", _LOCATOR.sub(r"\1", html.unescape(answer))))
     stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(plain))
     if not stated:
         return []

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
-from ragidx.agent.citations import check_markers, resolve_citations, restore_entities, ungrounded_shortcuts
+from ragidx.agent.citations import (
+    check_markers,
+    resolve_citations,
+    restore_entities,
+    ungrounded_numbers,
+    ungrounded_shortcuts,
+)
 
 SOURCES = [
     {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."},
@@ -204,3 +210,14 @@ def test_a_marker_inside_a_sentence_is_checked_against_the_words_after_it() -> N
     # a marker at the start of a sentence stands for the rest of it
     text = "According to [1], every file is signed except META-INF/documentsignatures.xml."
     assert check_markers(text, SIGNING, question=SIGNING_Q) == text.replace("[1]", "[2]")
+
+
+def test_where_the_model_says_it_read_something_is_not_a_number_it_states() -> None:
+    logging = [{"title": "Error Reporting and Logging", "content": "log_min_messages: the default is WARNING."}]
+    # the local model's reply to a PostgreSQL question: right, with a made-up locator
+    reply = "The default message level for log_min_messages is WARNING. This can be found in article [2] at line 108."
+    assert ungrounded_numbers(reply, logging) == []
+    assert ungrounded_numbers("Это указано в статье [1] на странице 6: WARNING.", logging) == []
+    # a value beside a locator is still a value; a page the answer itself names is one too
+    assert ungrounded_numbers("The limit is 65,536 rows, see article [1] on page 4.", logging) == ["65536"]
+    assert ungrounded_numbers("Start the numbering at page 2 [1].", logging) == ["2"]
