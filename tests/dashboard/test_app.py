@@ -102,6 +102,7 @@ def test_an_empty_knowledge_base_answers_not_found_without_citations(dashboard_e
     assistant = at.chat_message[1]
     assert "could not find" in assistant.markdown[0].value
     assert any("Not found in the knowledge base" in i.value for i in assistant.info)
+    assert any("Why: the search found no article." in i.value for i in assistant.info)
     assert not any(m.value.startswith("**Sources**") for m in assistant.markdown)
     assert "No article was retrieved." in [c.value for c in assistant.caption]
 
