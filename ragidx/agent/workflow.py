@@ -673,14 +673,15 @@ class RagAgent(Workflow):
         turn.check_log_odds = check_log_odds(response)
         turn.prompt_read = True
         if self.deadline is not None:
-            # the check's one token on the articles is the turn's real reading speed; the answer after it starts
-            # from the server's cache, so its first token says nothing about reading (see _stream_answer)
-            check_tokens = fit.tokens - self.budget.tokens.count(fit.messages[-1].content or "")
-            check_tokens += self.budget.tokens.count(messages[-1].content or "")
+            # The check's one token on the articles is the turn's reading; the answer after it starts from the
+            # server's cache, so its first token says nothing about reading (see _stream_answer). The system
+            # prompt is cached from earlier calls (Engine.warm_up reads it first), so it is not counted.
+            count = self.budget.tokens.count
+            read = fit.tokens - count(fit.messages[-1].content or "") + count(messages[-1].content or "")
+            if fit.messages[0].role == MessageRole.SYSTEM:
+                read -= count(fit.messages[0].content or "")
             seconds = turn.timings["answer_check"]
-            self.deadline.observe(
-                prompt_tokens=check_tokens, ttft_s=seconds, completion_tokens=0, total_s=seconds, read=True
-            )
+            self.deadline.observe(prompt_tokens=read, ttft_s=seconds, completion_tokens=0, total_s=seconds)
         reply = (response.message.content or "").strip().upper()
         return not reply.startswith(no)
 

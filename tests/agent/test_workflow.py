@@ -258,7 +258,7 @@ def test_after_the_check_the_reading_speed_comes_from_the_check_not_from_the_cac
         answer.timings["answer_check"], abs=1e-3
     )
     prompt = answer.tokens["prompt_per_call"][-1]
-    assert 0 < check["prompt_tokens"] < prompt  # the check's shorter last message in place of the answer's
+    assert 0 < check["prompt_tokens"] < prompt  # the articles and the check: no system prompt, no answer instruction
     assert reply["prompt_tokens"] == 0 and reply["completion_tokens"] > 0  # the answer: writing only
     # without the check the answer's first token still measures the reading
     deadline = _RecordingDeadline(600.0, ModelSpeed(prefill_tps=100.0, decode_tps=10.0, answer_tokens=20.0))

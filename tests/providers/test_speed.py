@@ -44,18 +44,18 @@ def test_real_calls_move_the_rates_and_a_prompt_cache_hit_is_ignored() -> None:
     assert cached.prefill_tps == 30.0 and cached.decode_tps == 4.0
 
 
-def test_a_reading_known_to_be_whole_counts_however_fast_and_brings_an_inflated_estimate_down() -> None:
+def test_an_estimate_that_cache_hits_pushed_up_comes_down_with_real_readings() -> None:
     # a speeds.json that answers after the check (cache hits under 3x the estimate) had pushed up step by step
     inflated = ModelSpeed(prefill_tps=706.0, decode_tps=20.0, answer_tokens=20.0, samples=830)
-    real = inflated.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0, read=True)
+    real = inflated.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0)
     assert real.prefill_tps == pytest.approx(0.7 * 706.0 + 0.3 * 140.0) and real.decode_tps == 20.0
     assert real.answer_tokens == 20.0  # no answer was written
     for _ in range(10):
-        real = real.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0, read=True)
+        real = real.observed(prompt_tokens=700, ttft_s=5.0, completion_tokens=0, total_s=5.0)
     assert real.prefill_tps < 160.0
-    # and a whole reading faster than 3x the estimate (a machine that got faster) is taken too
-    slow = ModelSpeed(prefill_tps=30.0, decode_tps=4.0)
-    assert slow.observed(prompt_tokens=1000, ttft_s=1.0, completion_tokens=0, total_s=1.0, read=True).prefill_tps > 30
+    # a call whose prompt an earlier one read reports no reading: only its writing counts
+    after_check = real.observed(prompt_tokens=0, ttft_s=0.9, completion_tokens=41, total_s=4.9)
+    assert after_check.prefill_tps == real.prefill_tps and after_check.decode_tps < real.decode_tps
 
 
 def test_an_answer_that_arrives_in_one_burst_does_not_make_writing_look_instant() -> None:
