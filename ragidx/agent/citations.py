@@ -147,8 +147,9 @@ def check_markers(
     start = 0
     for group in _GROUP.finditer(text):
         numbers = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", group.group(0))))
-        out.append(text[start : group.start()])
-        statement = text[start : group.start()] + _rest_of_sentence(text, group)
+        before = text[start : group.start()]
+        out.append(before)
+        statement = before + _rest_of_sentence(text, group)
         claim = new_words(statement)
         start = group.end()
         if not claim or not all(1 <= n <= len(sources) for n in numbers):

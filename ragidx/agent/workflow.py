@@ -433,9 +433,9 @@ class RagAgent(Workflow):
         # Whole, as retrieved: what the gate checks the question's names against.
         retrieved = [a.to_dict() for r in turn.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)]
         if not any(a["content"] for a in retrieved):
-            empty = self._finish(turn, NOT_FOUND_TEXT, [], not_found=True)
-            empty.not_found_reason = "the search found no article"
-            return StopEvent(result=empty)
+            return StopEvent(
+                result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True, reason="the search found no article")
+            )
 
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
@@ -453,9 +453,9 @@ class RagAgent(Workflow):
         text, sources = await self._send(ctx, turn, None, lambda shown: _answer_prompt(turn.question, shown), send)
         if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
-            gated = self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True)
-            gated.not_found_reason = turn.gate_reason
-            return StopEvent(result=gated)
+            return StopEvent(
+                result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True, reason=turn.gate_reason)
+            )
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
         not_found, cleaned = split_not_found(text)
         cleaned = strip_echoed_sources(cleaned, sources)
@@ -463,8 +463,7 @@ class RagAgent(Workflow):
         if reason is not None:
             logger.info("%s: answering not found", reason)
             not_found = True
-        answer = self._finish(turn, cleaned, sources, not_found=not_found)
-        answer.not_found_reason = reason
+        answer = self._finish(turn, cleaned, sources, not_found=not_found, reason=reason)
         answer.model_text = text
         return StopEvent(result=answer)
 
@@ -712,7 +711,10 @@ class RagAgent(Workflow):
     def _caller(self, turn: _Turn) -> ChatCaller:
         return ChatCaller(turn.llm, retries=self.retries, backoff_s=self.backoff_s, max_output_tokens=turn.max_out)
 
-    def _finish(self, turn: _Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool) -> Answer:
+    def _finish(
+        self, turn: _Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool, reason: str | None = None
+    ) -> Answer:
+        """The turn's ``Answer``; ``reason``: why it is "not found" when a gate or a check decided so."""
         citations: list[Citation]
         if not_found:
             text, citations, method = NOT_FOUND_TEXT, [], "none"
@@ -751,6 +753,7 @@ class RagAgent(Workflow):
                 "completion": turn.completion_tokens,
                 "prompt_cap": turn.prompt_cap,
             },
+            not_found_reason=reason,
             answer_check=turn.check_log_odds,
         )
 
