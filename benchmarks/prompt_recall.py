@@ -69,6 +69,9 @@ class RecordingProvider:
     def answer_deadline(self, endpoint: LLMEndpoint, llm: Any, tokens: Any) -> None:
         return None  # prompts are measured at the windows or caps asked for, never capped for time
 
+    def answer_check(self, endpoint: LLMEndpoint) -> None:
+        return None  # the stand-in has no log-odds to give; the check never changes what the prompt holds
+
     def close(self) -> None:
         self._real.close()
 
