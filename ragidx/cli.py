@@ -129,16 +129,19 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
 
     streamed = ""
     answer: Any = None
-    shown, held = _EntityUnescaper(), _EchoHold()
-    for item in engine.stream_ask(question, progress=progress):
+    shown, talk, held = _EntityUnescaper(), _TalkHold(), _EchoHold()
+    for item in engine.stream_ask(question, progress=True):
         if isinstance(item, Progress):
-            print(f"· {item.describe()}", file=sys.stderr, flush=True)
+            if item.stage == "prompt":
+                talk.titles = item.articles  # a closing sentence that only names them is held back too
+            if progress:
+                print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
             streamed += item
-            print(held.feed(shown.feed(item)), end="", flush=True)
+            print(held.feed(talk.feed(shown.feed(item))), end="", flush=True)
         else:
             answer = item
-    print(held.feed(shown.flush()) + held.flush(answer.articles), end="")
+    print(held.feed(talk.feed(shown.flush()) + talk.flush()) + held.flush(answer.articles), end="")
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant), or
         # the reply on screen was set aside (say why, since it was already printed)
@@ -202,6 +205,50 @@ class _EchoHold:
     def printed(self) -> str:
         """What is on screen so far (after ``flush``: the answer without a copied list)."""
         return self._text[: self._shown]
+
+    def _emit(self, end: int) -> str:
+        end = max(end, self._shown)
+        out, self._shown = self._text[self._shown : end], end
+        return out
+
+
+class _TalkHold:
+    """Holds back, while the answer streams, closing sentences that may only say where the answer was found
+    ("This information is found in article [1]."): the answer drops them and moves their markers onto the
+    statement before (``strip_source_talk``), so at the end only those markers are printed in their place.
+
+    Example:
+        >>> h = _TalkHold()
+        >>> h.feed("It is 4MB. This infor") + h.feed("mation is in article [1].") + h.flush()
+        'It is 4MB. [1]'
+        >>> h = _TalkHold()
+        >>> h.feed("It is 4MB. This tel") + h.feed("ls Calc to wait.") + h.flush()
+        'It is 4MB. This tells Calc to wait.'
+    """
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._shown = 0
+        self.titles: tuple[str, ...] = ()  # of the articles the model was shown
+
+    def feed(self, piece: str) -> str:
+        from ragidx.agent.citations import source_talk_units
+
+        self._text += piece
+        start, _ = source_talk_units(self._text, titles=self.titles)
+        return self._emit(len(self._text[:start].rstrip()) if start < len(self._text) else start)
+
+    def flush(self) -> str:
+        from ragidx.agent.citations import source_talk_units
+        from ragidx.sentences import split_units
+
+        start, markers = source_talk_units(self._text, finished=True, titles=self.titles)
+        if start < len(self._text):
+            shown = self._text[: self._shown]
+            last = ([""] + [u.text for u in split_units(shown)])[-1]
+            new = "".join(m for m in _markers(markers) if m not in last)  # the printed stop stays where it is
+            self._text = shown + (f" {new}" if new else "")
+        return self._emit(len(self._text))
 
     def _emit(self, end: int) -> str:
         end = max(end, self._shown)

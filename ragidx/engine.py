@@ -452,9 +452,8 @@ class Engine:
             elif progress and isinstance(event, SearchEvent):
                 yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
             elif progress and isinstance(event, BudgetReportEvent):
-                kept = [a for a in event.report.get("articles", []) if a.get("tokens_after", 1) > 0]
-                titles = tuple(str(a.get("title") or a.get("kb_id")) for a in kept)
                 tokens = int(event.report.get("tokens_after", 0))
+                titles = tuple(event.titles)
                 yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
         yield await handler
 

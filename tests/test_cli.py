@@ -110,6 +110,7 @@ def test_ask_streams_what_it_does_then_the_answer_then_its_sources(
     # the local default searches the question itself at once (no planning call: plan_searches="never")
     assert progress[0].startswith(f'· searched "{question}": ') and "Creating a Table of Contents" in progress[0]
     assert progress[-1].startswith("· answering from ") and progress[-1].endswith("prompt tokens for the model to read")
+    assert "from 0 articles" not in progress[-1]  # a prompt the budget did not have to compress shows them too
     text, _, sources = out.partition("\nSources:\n")
     assert "[1]" in text and "[2]" in text
     assert sources.startswith("[1] ") and "\n[2] " in sources and "https://help.libreoffice.org" in sources
@@ -147,6 +148,22 @@ def test_ask_says_why_a_streamed_reply_was_set_aside(
         "I could not find the answer to this question in the knowledge base."
     )
     assert "not an answer from the knowledge base: the model's reply states Google Sheets, Microsoft OneDrive" in out
+
+
+def test_ask_holds_back_a_closing_sentence_that_only_names_the_source(
+    scripted_kb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = "Choose Insert - Table of Contents and Index [1]. This information is found in article [1] on page 6."
+    monkeypatch.setattr("tests.dashboard.fakes.cite_sources", lambda messages, call: reply)
+    assert main(["--data-dir", scripted_kb, "ask", "How do I create a table of contents?", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    text, _, sources = out.partition("\nSources:\n")
+    assert text.strip() == "Choose Insert - Table of Contents and Index [1]." and sources.startswith("[1] ")
+    # one that names the article by its title too, also without the progress lines
+    reply = "Choose Insert - Table of Contents and Index [1]. See [1] Creating a Table of Contents."
+    assert main(["--data-dir", scripted_kb, "ask", "How do I create a table of contents?", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.partition("\nSources:\n")[0].strip() == "Choose Insert - Table of Contents and Index [1]."
 
 
 def test_migrate_articles_then_the_shared_store_re_embeds_nothing(

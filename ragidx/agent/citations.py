@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
+from ragidx.sentences import split_units
 from ragidx.terms import terms
 
 _ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
@@ -286,6 +287,121 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
     seen = _shown_text(sources, question)
     known = {n.replace(",", "") for n in _NUMBER.findall(seen)}
     return [] if any(n in known for n in stated) else list(stated)
+
+
+# Words of a sentence that only says where its answer came from ("This can be confirmed by citing article [1].",
+# "The source for this information is [2].", "Sources: [1]"), beside ``_CITING`` and ``_ASKING``.
+_TALK = _CITING | _ASKING | frozenset(
+    {
+        "confirm", "confirmed", "seen", "cite", "citing", "taken", "derived", "based", "shown", "section", "line",
+        "paragraph", "result", "results", "search", "это", "эта", "этой", "этом", "данная", "данной", "можно",
+        "найти", "найдена", "находится", "подтверждается", "взята", "взято", "разделе", "строке", "странице", "абзаце",
+        "результатах", "поиска",
+    }
+)  # fmt: skip
+_NAMES_SOURCE = re.compile(r"\[\d{1,3}\]|\b(?:articles?|sources?)\b|\bстать|\bисточник", re.I)
+
+
+def strip_source_talk(text: str, titles: Sequence[str] = ()) -> str:
+    """``text`` without the sentences that only say where the answer was found ("This information is found in
+    article [1].", "This can be found in article [2] at line 108.", "Sources: [1]", or with ``titles``, those of the
+    articles shown: 'This is in article [1] on "Saving Documents".'), their markers moved onto the sentence before
+    them. A small model adds such a sentence to about one answer in ten; it says nothing, and the place it names
+    ("at line 108", "on page 6") is usually made up. A sentence with any other word ("According to article [1],
+    the default is 4MB.") stays, as does such a sentence when nothing comes before it.
+
+    Example:
+        >>> strip_source_talk("Choose Insert - Table. This information is found in article [2].")
+        'Choose Insert - Table [2].'
+        >>> strip_source_talk("It is 4MB [1]. The source for this information is [1] at line 12.")
+        'It is 4MB [1].'
+        >>> strip_source_talk("According to article [1], the default is 4MB.")
+        'According to article [1], the default is 4MB.'
+        >>> strip_source_talk('It is .BAK. This is in article [1] on "Saving Documents".', ["Saving Documents"])
+        'It is .BAK [1].'
+    """
+    units = split_units(text)
+    talking = _talk_words(titles)
+    talk = [i for i, u in enumerate(units) if i > 0 and _only_source_talk(u.text, talking)]
+    if not talk:
+        return text
+    pieces, pos = [], 0
+    for i in talk:
+        pieces.append(text[pos : units[i - 1].end])  # "" when the sentence before was talk too
+        pos = units[i].end
+        markers = [f"[{m}]" for m in _MARKER.findall(units[i].text)]
+        if markers:  # onto the last sentence kept (the first sentence never is talk)
+            last = max(n for n, piece in enumerate(pieces) if piece.strip())
+            pieces[last] = with_markers(pieces[last], markers)
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def _talk_words(titles: Sequence[str]) -> frozenset[str]:
+    return _TALK.union(w for title in titles for w in re.findall(r"\w+", title.lower())) if titles else _TALK
+
+
+def _only_source_talk(sentence: str, talking: frozenset[str] = _TALK) -> bool:
+    """Whether ``sentence`` names a source and has no word beside ``talking`` ones (those that talk about sources)."""
+    return bool(_NAMES_SOURCE.search(sentence)) and _talk_words_only(sentence, talking, complete=True)
+
+
+def source_talk_units(text: str, *, finished: bool = False, titles: Sequence[str] = ()) -> tuple[int, str]:
+    """Where the sentences at the end of a reply that is still being written may turn out to be source talk
+    (:func:`strip_source_talk` would drop them), and their markers: ``(len(text), "")`` when they cannot. Unless
+    the reply is ``finished``, its last sentence may be too: its words so far must all be ones that talk about
+    sources, its last word may be cut. A streaming reader holds that tail back (``ragidx ask``).
+
+    Example:
+        >>> source_talk_units("It is 4MB. This information is fou")
+        (11, '')
+        >>> source_talk_units("It is 4MB. This information is found in article [1].")
+        (11, '[1]')
+        >>> source_talk_units("It is 4MB. This tells Calc")
+        (26, '')
+    """
+    units = split_units(text)
+    talking = _talk_words(titles)
+    start = len(text)
+    for i in range(len(units) - 1, 0, -1):
+        last = i == len(units) - 1
+        whole = finished or not last or bool(re.search(r"[.!?…]\s*$", text))
+        sentence = units[i].text
+        if not (_only_source_talk(sentence, talking) if whole else _talk_words_only(sentence, talking, complete=False)):
+            break
+        start = units[i].start
+    if start == len(text):
+        return start, ""
+    return start, "".join(f"[{m}]" for m in dict.fromkeys(_MARKER.findall(text[start:])))
+
+
+def _talk_words_only(sentence: str, talking: frozenset[str], *, complete: bool) -> bool:
+    """Whether every word of ``sentence`` (numbers where it says where it read something aside) talks about
+    sources; with ``complete=False`` its last word may be cut and is not judged."""
+    plain = _MARKER.sub(" ", _LOCATOR.sub(r"\1", sentence))
+    found = [w for w in re.findall(r"\w+", plain.lower()) if not w.isdigit()]
+    if not complete and found and re.search(r"\w$", plain):
+        found = found[:-1]
+    if not found:
+        return not complete
+    return not terms(" ".join(found), extra_stop_words=talking)
+
+
+def with_markers(kept: str, markers: Sequence[str]) -> str:
+    """``kept`` with those of ``markers`` its last sentence does not have, before that sentence's closing stop.
+
+    Example:
+        >>> with_markers("It is 4MB [2].", ["[1]", "[2]"])
+        'It is 4MB [2] [1].'
+    """
+    units = split_units(kept)
+    last = units[-1].text if units else ""
+    new = [m for m in dict.fromkeys(markers) if m not in last]
+    if not new:
+        return kept
+    body = kept.rstrip()
+    stop = len(body) if body.endswith("]") else len(body.rstrip(".!?…"))
+    return body[:stop] + " " + "".join(new) + body[stop:] + kept[len(body) :]
 
 
 _MODIFIER = r"(?:commandctrl|optionalt|ctrl|control|command|cmd|option|alt|altgr|shift|fn)"

@@ -56,6 +56,7 @@ from ragidx.agent.citations import (
     resolve_citations,
     restore_entities,
     shares_terms,
+    strip_source_talk,
     ungrounded_names,
     ungrounded_numbers,
     ungrounded_shortcuts,
@@ -246,6 +247,7 @@ class BudgetReportEvent(Event):
     report: dict[str, Any]
     call: str = ""
     expected_s: float | None = None  # how long the model should take over it, from its measured speed
+    titles: list[str] = Field(default_factory=list)  # of the articles the prompt shows, best first
 
 
 class SearchEvent(Event):
@@ -463,7 +465,8 @@ class RagAgent(Workflow):
         if reason is not None:
             logger.info("%s: answering not found", reason)
             not_found = True
-        answer = self._finish(turn, cleaned, sources, not_found=not_found, reason=reason)
+        titles = [prompt_title(str(s.get("title") or "")) for s in sources]
+        answer = self._finish(turn, strip_source_talk(cleaned, titles), sources, not_found=not_found, reason=reason)
         answer.model_text = text
         return StopEvent(result=answer)
 
@@ -558,6 +561,7 @@ class RagAgent(Workflow):
                 report=fit.report.model_dump(mode="json"),
                 call=_call_name(tools),
                 expected_s=self.deadline.speed.seconds_for(fit.report.tokens_after) if self.deadline else None,
+                titles=[a.title or a.kb_id for a in fit.articles],
             )
         )
         return fit

@@ -697,6 +697,14 @@ def test_a_source_list_echoed_after_the_answer_is_dropped() -> None:
     assert "Writer Guide" in ask(agent, "How do I print a table?").text
 
 
+def test_a_closing_sentence_that_only_names_the_source_is_dropped_and_its_marker_kept() -> None:
+    agent, _ = make_agent(["Choose Table > Insert Table. This information is found in article [1] on page 6."],
+                          tool_mode="forced", plan="never")  # fmt: skip
+    answer = ask(agent, "How do I insert a table?")
+    assert answer.text == "Choose Table > Insert Table [1]." and [c.number for c in answer.citations] == [1]
+    assert answer.model_text.endswith("on page 6.")  # what the model wrote stays on record
+
+
 def test_the_answer_check_asks_for_one_token_on_the_answers_prompt_and_a_no_is_not_found() -> None:
     agent, llm = make_agent(["NO"], tool_mode="forced", plan="never", answer_check=0.5)
     answer = ask(agent, "How do I insert a table?")
