@@ -294,6 +294,7 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
 _TALK = _CITING | _ASKING | frozenset(
     {
         "confirm", "confirmed", "seen", "cite", "citing", "taken", "derived", "based", "shown", "section", "line",
+        "more", "further", "additional", "topic", "подробнее", "дополнительная", "теме",
         "paragraph", "result", "results", "search", "это", "эта", "этой", "этом", "данная", "данной", "можно",
         "найти", "найдена", "находится", "подтверждается", "взята", "взято", "разделе", "строке", "странице", "абзаце",
         "результатах", "поиска",

@@ -242,6 +242,9 @@ def test_a_sentence_that_only_says_where_the_answer_was_found_is_dropped_its_mar
     )
     assert strip_source_talk("Wait 2 seconds between runs [1]. Sources: [1]") == "Wait 2 seconds between runs [1]."
     assert strip_source_talk("Нажмите F4. Это описано в статье [2].") == "Нажмите F4 [2]."
+    assert strip_source_talk("Type an apostrophe first. The article [1] provides more information on this topic.") == (
+        "Type an apostrophe first [1]."
+    )
     # a marker the statement already has is not repeated; another is added beside it
     assert strip_source_talk("It is 4MB [1]. The source for this information is [1].") == "It is 4MB [1]."
     assert strip_source_talk("It is 4MB [2]. The source for this information is [1].") == "It is 4MB [2] [1]."
