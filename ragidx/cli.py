@@ -138,10 +138,10 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
                 print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
             streamed += item
-            print(held.feed(talk.feed(shown.feed(item))), end="", flush=True)
+            print(talk.feed(held.feed(shown.feed(item))), end="", flush=True)
         else:
             answer = item
-    print(held.feed(talk.feed(shown.flush()) + talk.flush()) + held.flush(answer.articles), end="")
+    print(talk.feed(held.feed(shown.flush()) + held.flush(answer.articles)) + talk.flush(), end="")
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant), or
         # the reply on screen was set aside (say why, since it was already printed)
@@ -150,7 +150,7 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
         elif progress and answer.not_found_reason:  # the model was not asked: why, beside the progress lines
             print(f"· not answered: {answer.not_found_reason}", file=sys.stderr, flush=True)
         print(("\n" if streamed.strip() else "") + answer.text, end="")
-    elif _markers(held.printed) != _markers(answer.text):
+    elif _markers(talk.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
         # the text already on screen numbers its sources differently from the list below it
         print(f"\n\nWith its citations checked against the articles shown:\n{answer.text}", end="")
@@ -249,6 +249,11 @@ class _TalkHold:
             new = "".join(m for m in _markers(markers) if m not in last)  # the printed stop stays where it is
             self._text = shown + (f" {new}" if new else "")
         return self._emit(len(self._text))
+
+    @property
+    def printed(self) -> str:
+        """What is on screen so far."""
+        return self._text[: self._shown]
 
     def _emit(self, end: int) -> str:
         end = max(end, self._shown)

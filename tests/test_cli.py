@@ -225,12 +225,17 @@ def test_tune_prints_one_json_line_and_stores_the_choice(tmp_path: Path, capsys:
 
 
 class _StreamingEngine:
-    """An engine whose turn streams ``pieces`` and ends with ``answer`` (the CLI's edge only)."""
+    """An engine whose turn streams ``pieces`` and ends with ``answer`` (the CLI's edge only), after a prompt's
+    progress item naming ``titles`` when given."""
 
-    def __init__(self, pieces: list[str], answer: Any) -> None:
-        self.pieces, self.answer = pieces, answer
+    def __init__(self, pieces: list[str], answer: Any, titles: tuple[str, ...] = ()) -> None:
+        self.pieces, self.answer, self.titles = pieces, answer, titles
 
     def stream_ask(self, question: str, *, progress: bool) -> Any:
+        from ragidx.agent.answer import Progress
+
+        if self.titles:
+            yield Progress("prompt", call="answer", tokens=700, articles=self.titles)
         yield from self.pieces
         yield self.answer
 
@@ -259,6 +264,8 @@ def test_a_source_list_the_model_copies_after_its_answer_is_not_printed(capsys: 
     pieces = ["Use Table [1].", "\n\nSou", "rces:\n[1] Tab", "les\n[2] Printing"]
     _stream_answer(_StreamingEngine(pieces, answer), "q", progress=False)
     assert capsys.readouterr().out == "Use Table [1].\n"  # the CLI's own list follows; no reprint either
+    _stream_answer(_StreamingEngine(pieces, answer, ("Tables", "Printing")), "q", progress=False)
+    assert capsys.readouterr().out == "Use Table [1].\n"  # the list is no source talk whose markers stay
     # a line that only starts like one is printed as written
     answer = Answer(question="q", text="Source code is in [1].", citations=[Citation(1, "t", "Tables", "")])
     _stream_answer(_StreamingEngine(["Sou", "rce code is in [1]."], answer), "q", progress=False)
