@@ -45,7 +45,7 @@ def main() -> int:
     p.add_argument("--data-dir", required=True)
     p.add_argument("--kb", default=str(ROOT / "ragidx" / "data" / "kb"), help="ingested first (idempotent)")
     p.add_argument("--questions", default=str(DEFAULT_QUESTIONS))
-    p.add_argument("--model", default="qwen2.5-0.5b")
+    p.add_argument("--model", default=LLMEndpoint().model, help="default: the shipped default model")
     p.add_argument("--context-window", type=int, default=8192)
     p.add_argument("--max-output-tokens", type=int, default=384)
     p.add_argument("--limit", type=int, default=None)
