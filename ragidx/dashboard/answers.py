@@ -15,6 +15,7 @@ from typing import Any
 
 from ragidx.agent.answer import Answer, Progress
 from ragidx.budget.report import BudgetReport
+from ragidx.budget.run import BELOW_FLOOR
 
 __all__ = [
     "AnswerStream",
@@ -120,6 +121,7 @@ class BudgetView:
     target_tokens: int
     hard_limit_tokens: int
     notes: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # by the relevance floor: the normal path, no warning
 
     @property
     def used_pct(self) -> float:
@@ -127,16 +129,20 @@ class BudgetView:
 
 
 def budget_view(report: BudgetReport, answer: Answer | None = None) -> BudgetView:
-    """Summary of ``report``; ``notes`` name every fallback (model, compressor output, recommendation)."""
-    notes = []
+    """Summary of ``report``; ``notes`` name every fallback (model, compressor output, recommendation),
+    ``left_out`` the articles the relevance floor kept from the prompt (not a fallback: they scored too low)."""
+    notes, left_out = [], []
     if report.fallback_recommended:
         notes.append(f"budget recommends a larger model: {report.fallback_reason or 'material does not fit'}")
     for a in report.articles:
-        if a.fallback_reason:
+        if a.fallback_reason == BELOW_FLOOR:
+            left_out.append(a.title or a.kb_id)
+        elif a.fallback_reason:
             notes.append(f"{a.title or a.kb_id}: compressor output replaced ({a.fallback_reason})")
     if answer is not None and answer.fallback_reason:
         notes.append(f"answered by fallback model {answer.model!r}: {answer.fallback_reason}")
     return BudgetView(
+        left_out=left_out,
         compressor=report.compressor or "none",
         path=" → ".join(report.path) if report.path else "—",
         tokens_before=report.tokens_before,

@@ -290,6 +290,11 @@ def _budget_section(answer: Answer, index: int) -> None:
     st.markdown(f"**Path:** {view.path}")
     for note in view.notes:
         st.warning(note)
+    if view.left_out:
+        st.caption(
+            "Left out by the relevance floor (scored under the sidebar's share of the best article's score): "
+            + "; ".join(view.left_out)
+        )
     # theme=None: Streamlit's theme hides the limit lines of the layered gauge.
     st.altair_chart(window_gauge(report), theme=None, width="stretch")
     rows = token_rows(report)

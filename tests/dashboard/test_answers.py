@@ -75,10 +75,14 @@ def test_budget_view_names_every_fallback() -> None:
         compressor="llm_summary",
         fallback_recommended=True,
         fallback_reason="articles below the minimum",
-        articles=[ArticleOutcome(kb_id="a", title="A", fallback_reason="overshoot")],
+        articles=[
+            ArticleOutcome(kb_id="a", title="A", fallback_reason="overshoot"),
+            ArticleOutcome(kb_id="b", title="B", status="dropped", fallback_reason="below_relevance_floor"),
+        ],
     )
     answer = Answer(question="q", text="t", model="gpt-4o", fallback_reason="window too small")
     view = budget_view(report, answer)
+    assert view.left_out == ["B"]  # scored too low: said apart, not as a compressor fallback
     assert view.path == "deduplicated → compressed → fallback_recommended" and view.compressor == "llm_summary"
     assert view.notes == [
         "budget recommends a larger model: articles below the minimum",
