@@ -76,7 +76,7 @@ from ragidx.providers.chat import (
 )
 from ragidx.providers.chat import to_inline as inline
 from ragidx.providers.speed import AnswerDeadline
-from ragidx.terms import SNOWBALL_LANGUAGES, base_language, is_cyrillic_language
+from ragidx.terms import SNOWBALL_LANGUAGES, base_language, is_cyrillic_language, terms
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +220,8 @@ class _Turn:
     gate_reason: str | None = None  # why the model was not asked for an answer, when it was not
     check_log_odds: float | None = None  # the answer check's log P(YES) - log P(NO), when the server reports them
     prompt_read: bool = False  # the answer's articles are in the server's cache already (the check read them)
+    history: list[ChatMessage] = field(default_factory=list)  # the session's conversation before this question
+    searched: str = ""  # the question as searched: with the question before it when it is a follow-up
 
 
 class DecideEvent(Event):
@@ -350,9 +352,15 @@ class RagAgent(Workflow):
             raise ValueError("ask() needs a non-empty question")
         session_id = ev.get("session_id")
         history = self.memory.get(session_id)
-        turn = _Turn(question, session_id, [*history, ChatMessage(role=MessageRole.USER, content=question)])
-        kept = self.memory.results(session_id)
-        turn.results = kept if kept is not None else tool_results(history)  # a history from outside: read once
+        if self.tool_mode == "forced":
+            # A small local model shown its earlier answers copied one into the next answer ("To protect cells
+            # … 1. Click where you want the table of contents"): it sees the conversation's questions only.
+            seen, results = earlier_questions(history), {}
+        else:
+            kept = self.memory.results(session_id)
+            seen, results = history, kept if kept is not None else tool_results(history)  # from outside: read once
+        turn = _Turn(question, session_id, [*seen, ChatMessage(role=MessageRole.USER, content=question)])
+        turn.history, turn.results = history, results
         turn.llm, turn.window, turn.max_out = self.llm, self.context_window, self.max_output_tokens
         turn.shrink = self._learned_shrink.get(model_name(self.llm), 0)
         if self.budget.cap is not None:
@@ -360,13 +368,17 @@ class RagAgent(Workflow):
             # search must not inherit the last answer's (a full 1K-token prompt left room for one article).
             self.budget.cap.set(None)
         if self.tool_mode == "forced":
+            # A follow-up ("And how do I update it?") is searched in the light of the question before it; the
+            # model of an auto-mode turn writes such queries itself, reading the conversation.
+            query = turn.searched = follow_up_query(history, question) or question
             if self.plan == "never":
-                return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(question)])
-            return ToolCallsEvent(turn=turn, calls=await self._planned_searches(ctx, turn))
+                return ToolCallsEvent(turn=turn, calls=[self._retrieve_call(query)])
+            return ToolCallsEvent(turn=turn, calls=await self._planned_searches(ctx, turn, query))
         return DecideEvent(turn=turn)
 
-    async def _planned_searches(self, ctx: Context, turn: _Turn) -> list[ToolSelection]:
-        """Forced mode: the question itself, plus the model's planned queries, all searched in one round.
+    async def _planned_searches(self, ctx: Context, turn: _Turn, question: str) -> list[ToolSelection]:
+        """Forced mode: the question itself (``question``: as a follow-up reads it), plus the model's planned
+        queries, all searched in one round.
 
         Planning happens on a short prompt (no articles yet), so a slow local model pays for one long
         prompt per question (the answer), not one per decision; the first search is always the question,
@@ -385,7 +397,7 @@ class RagAgent(Workflow):
         except Exception as exc:  # an unreadable plan is not fatal: search with the question alone
             logger.warning("could not read the search plan (%s); searching with the question only", exc)
             planned = []
-        queries = [turn.question]
+        queries = [question]
         for q in planned if isinstance(planned, list) else []:
             q = str(q).strip()
             if q and _norm(q) not in {_norm(x) for x in queries} and len(queries) < self.max_queries:
@@ -642,9 +654,10 @@ class RagAgent(Workflow):
             return "no article found was relevant enough to show the model"
         if not self.relevance_gate:
             return None
-        if not shares_terms(turn.question, sources):
+        asked = turn.searched or turn.question  # a follow-up's words may all be in the question before it
+        if not shares_terms(asked, sources):
             return "no article shown shares a word with the question"
-        missing = missing_identifiers(turn.question, retrieved)
+        missing = missing_identifiers(asked, retrieved)
         if missing:
             return f"no article found mentions {', '.join(missing)}"
         return None
@@ -725,7 +738,14 @@ class RagAgent(Workflow):
         else:
             text = restore_entities(text, sources)
             text, citations, method = resolve_citations(text, sources, question=turn.question)
-        if turn.session_id is not None:
+        if turn.session_id is not None and self.tool_mode == "forced":
+            # questions and answers only: the next turn shows the questions and searches afresh
+            exchange = [
+                ChatMessage(role=role, content=t)
+                for role, t in ((MessageRole.USER, turn.question), (MessageRole.ASSISTANT, text))
+            ]
+            self.memory.set(turn.session_id, [*turn.history, *exchange], {})
+        elif turn.session_id is not None:
             final = (
                 turn.messages
                 if turn.messages and turn.messages[-1].role == MessageRole.ASSISTANT
@@ -849,6 +869,61 @@ def _call_name(tools: Sequence[Any] | None) -> str:
     if not tools:
         return "answer"
     return "plan" if tools[0].metadata.name == PLAN_TOOL.metadata.name else "decide"
+
+
+# Words by which a question leans on the one before it ("And how do I update it?", "А как её снять?").
+_REFERRING = frozenset(
+    "it its this that these those they them their same "
+    "он она оно они его её ее их него неё нее них ему ей им этот эта это эти этого этой этом этим этих "
+    "тот того той том тем тех".split()
+)
+_CONTINUING = frozenset("and also but then а и но тогда также ещё еще".split())
+
+
+def follow_up_query(history: Sequence[ChatMessage], question: str) -> str | None:
+    """The search query for a follow-up question: the conversation's last question, then this one ("How do I
+    insert a table of contents? And how do I update it?"). None when there is no earlier question or this one
+    stands on its own: it starts with "and"/"а"/"и" or names what it is about by "it", "that", "это", "его"...,
+    or has at most one word of its own to search by. Searched alone, "And how do I update it?" found a pivot
+    chart's page; searched with the question before it, "How can I protect cells in a Calc sheet?" after one
+    about Writer found Writer's protection page. The answer prompt asks the question as the user wrote it.
+
+    Example:
+        >>> toc = [ChatMessage(role=MessageRole.USER, content="How do I insert a TOC?")]
+        >>> follow_up_query(toc, "And how do I update it?")
+        'How do I insert a TOC? And how do I update it?'
+        >>> follow_up_query(toc, "How can I protect cells in a Calc sheet from changes?") is None
+        True
+    """
+    earlier = [m for m in history if m.role == MessageRole.USER and message_text(m).strip()]
+    if not earlier:
+        return None
+    words = re.findall(r"\w+", question.lower())
+    first = words[0] if words else ""
+    leans = first in _CONTINUING or words[:2] == ["what", "about"] or bool(_REFERRING.intersection(words))
+    if not leans and len(terms(question)) > 1:
+        return None
+    return f"{message_text(earlier[-1]).strip()} {question}"
+
+
+EARLIER_QUESTIONS = 4
+"""How many of a conversation's last questions a forced-mode (local model) turn shows."""
+
+
+def earlier_questions(history: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The conversation as a forced-mode turn shows it: its last questions, in one message, or nothing.
+
+    Example:
+        >>> h = [ChatMessage(role=MessageRole.USER, content="How do I protect cells?"),
+        ...      ChatMessage(role=MessageRole.ASSISTANT, content="Choose Tools - Protect Sheet [1].")]
+        >>> [m.content for m in earlier_questions(h)]
+        ['Earlier in this conversation I asked: How do I protect cells?']
+    """
+    asked = [message_text(m).strip() for m in history if m.role == MessageRole.USER and message_text(m).strip()]
+    if not asked:
+        return []
+    text = "Earlier in this conversation I asked: " + " / ".join(asked[-EARLIER_QUESTIONS:])
+    return [ChatMessage(role=MessageRole.USER, content=text)]
 
 
 def _source_lines(sources: Sequence[Article]) -> str:

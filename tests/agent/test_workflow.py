@@ -21,6 +21,7 @@ from ragidx.agent.workflow import (
     answer_language,
     check_log_odds,
     fence,
+    follow_up_query,
     prompt_title,
     split_not_found,
     to_inline,
@@ -440,6 +441,42 @@ def test_session_memory_carries_the_conversation() -> None:
     assert "How do I insert a table?" in texts and "Use Table > Insert Table [1]." in texts
     ask(agent, "How do I insert a table?") if False else None  # noqa: B018 - documents: no session, no memory
     assert agent.memory.get(None) == []
+
+
+def test_a_local_model_conversation_shows_the_earlier_questions_and_searches_a_follow_up_with_them() -> None:
+    calls: list[str] = []
+    agent, llm = make_agent(
+        ["Choose Table > Insert Table [1].", "Choose File > Print [1].", "Pick the printer there [1]."],
+        tool=make_tool(calls=calls), tool_mode="forced", plan="never",
+    )  # fmt: skip
+    ask(agent, "How do I insert a table?", session_id="s")
+    ask(agent, "How do I print a document?", session_id="s")  # stands on its own: searched as asked
+    ask(agent, "And is there a shortcut for it?", session_id="s")  # leans on the question before it
+    assert calls == [
+        "How do I insert a table?",
+        "How do I print a document?",
+        "How do I print a document? And is there a shortcut for it?",
+    ]
+    shown = [text_of(m) for m in llm.calls[2].messages]
+    # the earlier questions, not the earlier answers a small model would copy, nor their articles
+    assert "Earlier in this conversation I asked: How do I insert a table? / How do I print a document?" in shown
+    assert not any("Choose File > Print" in t or "Choose Table > Insert Table" in t for t in shown)
+    history = agent.memory.get("s")  # questions and answers, for the chat engine's history
+    assert [(m.role, text_of(m)) for m in history[-2:]] == [
+        (MessageRole.USER, "And is there a shortcut for it?"),
+        (MessageRole.ASSISTANT, "Pick the printer there [1]."),
+    ]
+    assert len(history) == 6 and agent.memory.results("s") == {}
+
+
+def test_a_follow_up_leans_on_the_question_before_it_by_its_words() -> None:
+    toc = [ChatMessage(role=MessageRole.USER, content="How do I insert a TOC?")]
+    assert follow_up_query(toc, "And how do I update it?") == "How do I insert a TOC? And how do I update it?"
+    assert follow_up_query(toc, "What about indexes?") == "How do I insert a TOC? What about indexes?"
+    assert follow_up_query(toc, "А как его обновить?") == "How do I insert a TOC? А как его обновить?"
+    assert follow_up_query(toc, "Update?") == "How do I insert a TOC? Update?"  # one word of its own
+    assert follow_up_query(toc, "How can I protect cells in a Calc sheet from changes?") is None
+    assert follow_up_query([], "And how do I update it?") is None
 
 
 def test_answer_is_streamed() -> None:
