@@ -1,0 +1,48 @@
+"""``benchmarks/conversations.py`` on the Writer articles: real stores and agent, the scripted chat model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("conversations", ROOT / "benchmarks" / "conversations.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_follow_up_is_searched_with_the_question_before_it_and_scored(
+    tmp_path: Path, writer_kb_file: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.dashboard.fakes import make_engine
+
+    benchmark = _benchmark()
+    monkeypatch.setattr(benchmark, "Engine", make_engine)  # it answers with the titles of the articles shown
+    conversations = tmp_path / "conversations.jsonl"
+    turns = [
+        {"question": "How do I create a table of contents?", "answers": ["Table of Contents"], "kind": "first"},
+        {"question": "And how do I update it?", "answers": ["Table of Contents"], "kind": "follow-up"},
+    ]
+    conversations.write_text(json.dumps({"id": "c1", "turns": turns}) + "\n")
+    out = tmp_path / "rows.jsonl"
+
+    code = benchmark.main(
+        ["--kb", writer_kb_file, "--data-dir", str(tmp_path / "idx"), "--conversations", str(conversations),
+         "--out", str(out)]
+    )  # fmt: skip
+
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["conversations"], result["turns"]) == (1, 2)
+    assert result["first"] == {"right": 1, "of": 1} and result["follow-up"] == {"right": 1, "of": 1}
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[1]["queries"] == ["How do I create a table of contents? And how do I update it?"]
