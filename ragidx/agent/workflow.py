@@ -882,11 +882,12 @@ _CONTINUING = frozenset("and also but then а и но тогда также ещ
 
 def follow_up_query(history: Sequence[ChatMessage], question: str) -> str | None:
     """The search query for a follow-up question: the conversation's last question, then this one ("How do I
-    insert a table of contents? And how do I update it?"). None when there is no earlier question or this one
-    stands on its own: it starts with "and"/"а"/"и" or names what it is about by "it", "that", "это", "его"...,
-    or has at most one word of its own to search by. Searched alone, "And how do I update it?" found a pivot
-    chart's page; searched with the question before it, "How can I protect cells in a Calc sheet?" after one
-    about Writer found Writer's protection page. The answer prompt asks the question as the user wrote it.
+    insert a table of contents? And how do I update it?"). A question leans on the one before it when it starts
+    with "and", "also", "what about", "а", "и"..., names what it is about by "it", "that", "это", "его"..., or has
+    at most one word of its own to search by; None when it does not (it stands on its own) or nothing was asked
+    before. Searched alone, "And how do I update it?" found a pivot chart's page; searched with the question before
+    it, "How can I protect cells in a Calc sheet?" after one about Writer found Writer's protection page. The
+    answer prompt asks the question as the user wrote it.
 
     Example:
         >>> toc = [ChatMessage(role=MessageRole.USER, content="How do I insert a TOC?")]
