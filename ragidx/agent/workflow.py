@@ -874,7 +874,7 @@ def _call_name(tools: Sequence[Any] | None) -> str:
 # Words by which a question leans on the one before it ("And how do I update it?", "А как её снять?").
 _REFERRING = frozenset(
     "it its this that these those they them their same "
-    "он она оно они его её ее их него неё нее них ему ей им этот эта это эти этого этой этом этим этих "
+    "он она оно они его её ее их него неё нее них ему ей им этот эта это эту эти этого этой этом этим этих "
     "тот того той том тем тех".split()
 )
 _CONTINUING = frozenset("and also but then а и но тогда также ещё еще".split())
