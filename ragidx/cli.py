@@ -162,7 +162,25 @@ def _markers(text: str) -> list[str]:
     return re.findall(r"\[\d{1,3}\]", text)
 
 
-class _EchoHold:
+class _Hold:
+    """Text streamed so far and how much of it is on screen: a hold prints up to where it may still change."""
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._shown = 0
+
+    @property
+    def printed(self) -> str:
+        """What is on screen so far."""
+        return self._text[: self._shown]
+
+    def _emit(self, end: int) -> str:
+        end = max(end, self._shown)
+        out, self._shown = self._text[self._shown : end], end
+        return out
+
+
+class _EchoHold(_Hold):
     r"""Holds back, while the answer streams, a line that may open a copy of the prompt's source list
     ("Sources:" and what follows), and at the end prints it only if it was not one: the CLI prints ragidx's own
     list below the answer (``strip_echoed_sources`` decides, as it does for the answer's text).
@@ -174,8 +192,7 @@ class _EchoHold:
     """
 
     def __init__(self) -> None:
-        self._text = ""
-        self._shown = 0
+        super().__init__()
         self._hold_at: int | None = None
 
     def feed(self, piece: str) -> str:
@@ -201,18 +218,8 @@ class _EchoHold:
         kept = strip_echoed_sources(self._text, sources)
         return self._emit(len(kept) if len(kept) < len(self._text) else len(self._text))
 
-    @property
-    def printed(self) -> str:
-        """What is on screen so far (after ``flush``: the answer without a copied list)."""
-        return self._text[: self._shown]
 
-    def _emit(self, end: int) -> str:
-        end = max(end, self._shown)
-        out, self._shown = self._text[self._shown : end], end
-        return out
-
-
-class _TalkHold:
+class _TalkHold(_Hold):
     """Holds back, while the answer streams, closing sentences that may only say where the answer was found
     ("This information is found in article [1]."): the answer drops them and moves their markers onto the
     statement before (``strip_source_talk``), so at the end only those markers are printed in their place.
@@ -227,8 +234,7 @@ class _TalkHold:
     """
 
     def __init__(self) -> None:
-        self._text = ""
-        self._shown = 0
+        super().__init__()
         self.titles: tuple[str, ...] = ()  # of the articles the model was shown
 
     def feed(self, piece: str) -> str:
@@ -246,19 +252,9 @@ class _TalkHold:
         if start < len(self._text):
             shown = self._text[: self._shown]
             last = ([""] + [u.text for u in split_units(shown)])[-1]
-            new = "".join(m for m in _markers(markers) if m not in last)  # the printed stop stays where it is
+            new = "".join(m for m in markers if m not in last)  # the printed stop stays where it is
             self._text = shown + (f" {new}" if new else "")
         return self._emit(len(self._text))
-
-    @property
-    def printed(self) -> str:
-        """What is on screen so far."""
-        return self._text[: self._shown]
-
-    def _emit(self, end: int) -> str:
-        end = max(end, self._shown)
-        out, self._shown = self._text[self._shown : end], end
-        return out
 
 
 class _EntityUnescaper:

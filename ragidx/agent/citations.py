@@ -347,19 +347,19 @@ def _only_source_talk(sentence: str, talking: frozenset[str] = _TALK) -> bool:
     return bool(_NAMES_SOURCE.search(sentence)) and _talk_words_only(sentence, talking, complete=True)
 
 
-def source_talk_units(text: str, *, finished: bool = False, titles: Sequence[str] = ()) -> tuple[int, str]:
+def source_talk_units(text: str, *, finished: bool = False, titles: Sequence[str] = ()) -> tuple[int, list[str]]:
     """Where the sentences at the end of a reply that is still being written may turn out to be source talk
-    (:func:`strip_source_talk` would drop them), and their markers: ``(len(text), "")`` when they cannot. Unless
+    (:func:`strip_source_talk` would drop them), and their markers: ``(len(text), [])`` when they cannot. Unless
     the reply is ``finished``, its last sentence may be too: its words so far must all be ones that talk about
     sources, its last word may be cut. A streaming reader holds that tail back (``ragidx ask``).
 
     Example:
         >>> source_talk_units("It is 4MB. This information is fou")
-        (11, '')
+        (11, [])
         >>> source_talk_units("It is 4MB. This information is found in article [1].")
-        (11, '[1]')
+        (11, ['[1]'])
         >>> source_talk_units("It is 4MB. This tells Calc")
-        (26, '')
+        (26, [])
     """
     units = split_units(text)
     talking = _talk_words(titles)
@@ -371,9 +371,7 @@ def source_talk_units(text: str, *, finished: bool = False, titles: Sequence[str
         if not (_only_source_talk(sentence, talking) if whole else _talk_words_only(sentence, talking, complete=False)):
             break
         start = units[i].start
-    if start == len(text):
-        return start, ""
-    return start, "".join(f"[{m}]" for m in dict.fromkeys(_MARKER.findall(text[start:])))
+    return start, [f"[{m}]" for m in dict.fromkeys(_MARKER.findall(text[start:]))]
 
 
 def _talk_words_only(sentence: str, talking: frozenset[str], *, complete: bool) -> bool:

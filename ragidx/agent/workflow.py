@@ -896,7 +896,7 @@ def follow_up_query(history: Sequence[ChatMessage], question: str) -> str | None
         >>> follow_up_query(toc, "How can I protect cells in a Calc sheet from changes?") is None
         True
     """
-    earlier = [m for m in history if m.role == MessageRole.USER and message_text(m).strip()]
+    earlier = _questions(history)
     if not earlier:
         return None
     words = re.findall(r"\w+", question.lower())
@@ -904,7 +904,7 @@ def follow_up_query(history: Sequence[ChatMessage], question: str) -> str | None
     leans = first in _CONTINUING or words[:2] == ["what", "about"] or bool(_REFERRING.intersection(words))
     if not leans and len(terms(question)) > 1:
         return None
-    return f"{message_text(earlier[-1]).strip()} {question}"
+    return f"{earlier[-1]} {question}"
 
 
 EARLIER_QUESTIONS = 4
@@ -920,11 +920,16 @@ def earlier_questions(history: Sequence[ChatMessage]) -> list[ChatMessage]:
         >>> [m.content for m in earlier_questions(h)]
         ['Earlier in this conversation I asked: How do I protect cells?']
     """
-    asked = [message_text(m).strip() for m in history if m.role == MessageRole.USER and message_text(m).strip()]
+    asked = _questions(history)
     if not asked:
         return []
     text = "Earlier in this conversation I asked: " + " / ".join(asked[-EARLIER_QUESTIONS:])
     return [ChatMessage(role=MessageRole.USER, content=text)]
+
+
+def _questions(history: Sequence[ChatMessage]) -> list[str]:
+    """What the user asked in ``history``, in order."""
+    return [text for m in history if m.role == MessageRole.USER and (text := message_text(m).strip())]
 
 
 def _source_lines(sources: Sequence[Article]) -> str:

@@ -266,8 +266,8 @@ def test_a_sentence_with_anything_else_to_say_stays() -> None:
 
 
 def test_a_closing_sentence_is_held_while_it_may_still_be_source_talk() -> None:
-    assert source_talk_units("It is 4MB. This inform") == (11, "")
-    assert source_talk_units("It is 4MB. This information is found in article [1].") == (11, "[1]")
-    assert source_talk_units("It is 4MB. This opens") == (11, "")  # "opens" may still be cut
-    assert source_talk_units("It is 4MB. This opens the") == (25, "")
-    assert source_talk_units("This information") == (16, "")  # the first sentence is never talk
+    assert source_talk_units("It is 4MB. This inform") == (11, [])
+    assert source_talk_units("It is 4MB. This information is found in article [1].") == (11, ["[1]"])
+    assert source_talk_units("It is 4MB. This opens") == (11, [])  # "opens" may still be cut
+    assert source_talk_units("It is 4MB. This opens the") == (25, [])
+    assert source_talk_units("This information") == (16, [])  # the first sentence is never talk

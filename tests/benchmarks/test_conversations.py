@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("conversations", ROOT / "benchmarks" / "conversations.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.helpers import load_benchmark
 
 
 def test_a_follow_up_is_searched_with_the_question_before_it_and_scored(
@@ -25,7 +15,7 @@ def test_a_follow_up_is_searched_with_the_question_before_it_and_scored(
 ) -> None:
     from tests.dashboard.fakes import make_engine
 
-    benchmark = _benchmark()
+    benchmark = load_benchmark("conversations")
     monkeypatch.setattr(benchmark, "Engine", make_engine)  # it answers with the titles of the articles shown
     conversations = tmp_path / "conversations.jsonl"
     turns = [

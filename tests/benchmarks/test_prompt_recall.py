@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("prompt_recall", ROOT / "benchmarks" / "prompt_recall.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.helpers import load_benchmark
 
 
 def test_prompt_recall_finds_the_answer_in_the_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +27,7 @@ def test_prompt_recall_finds_the_answer_in_the_prompt(tmp_path: Path, capsys: py
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "rows.jsonl"
 
-    code = _benchmark().main(
+    code = load_benchmark("prompt_recall").main(
         ["--kb", str(kb), "--questions", str(questions), "--data-dir", str(tmp_path / "idx"),
          "--caps", "768", "--model", "qwen2.5-0.5b", "--out", str(out)]
     )  # fmt: skip
