@@ -53,7 +53,7 @@ from ragidx.evaluation.answers import (  # noqa: E402
     settings_from_args,
     summarize,
 )
-from ragidx.providers.embeddings import build_embed_model  # noqa: E402
+from ragidx.providers.embedding_factory import build_embed_model  # noqa: E402
 from ragidx.providers.llms import LLMProvider  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem, read_source
 from ragidx.article import Article
 from ragidx.config import Settings
-from ragidx.providers.embeddings import build_embed_model
+from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store

@@ -44,11 +44,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
-import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -57,6 +55,7 @@ from typing import Any, Literal, TypeVar
 from ingestion.pipeline import Ingestor
 from ragidx.article import Article
 from ragidx.config import Settings
+from ragidx.metrics import mrr_at_k, ndcg_at_k, recall_at_k, score_runs
 from ragidx.retrieval.article_grouper import group_chunks
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
@@ -155,55 +154,6 @@ def corpus_key(corpus: Path, **settings: Any) -> str:
             h.update(block)
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
-
-
-# --- metrics ---------------------------------------------------------------------------------------
-def ndcg_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
-    """nDCG@k with graded gains (``rel``) and log2 discounts, as pytrec_eval / BEIR compute it."""
-    dcg = sum(relevant.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
-    ideal = sorted(relevant.values(), reverse=True)[:k]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg else 0.0
-
-
-def recall_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
-    """Share of the relevant documents found in the first ``k``."""
-    if not relevant:
-        return 0.0
-    return len(set(ranked[:k]) & set(relevant)) / len(relevant)
-
-
-def mrr_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
-    """Reciprocal rank of the first relevant document within the first ``k`` (0 if none)."""
-    for i, d in enumerate(ranked[:k]):
-        if relevant.get(d, 0) > 0:
-            return 1.0 / (i + 1)
-    return 0.0
-
-
-def _percentile(values: Sequence[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))
-    return ordered[idx]
-
-
-def score_runs(
-    runs: dict[str, list[str]], latencies_ms: Sequence[float], qrels: dict[str, dict[str, int]]
-) -> dict[str, float]:
-    """Mean metrics over queries plus latency percentiles, rounded for printing."""
-    metrics: dict[str, list[float]] = {"ndcg@10": [], "recall@10": [], "recall@100": [], "mrr@10": []}
-    for qid, relevant in qrels.items():
-        ranked = runs.get(qid, [])
-        metrics["ndcg@10"].append(ndcg_at_k(ranked, relevant, 10))
-        metrics["recall@10"].append(recall_at_k(ranked, relevant, 10))
-        metrics["recall@100"].append(recall_at_k(ranked, relevant, 100))
-        metrics["mrr@10"].append(mrr_at_k(ranked, relevant, 10))
-    out = {name: round(statistics.fmean(vals), 4) if vals else 0.0 for name, vals in metrics.items()}
-    out["p50_ms"] = round(_percentile(latencies_ms, 50), 1)
-    out["p95_ms"] = round(_percentile(latencies_ms, 95), 1)
-    return out
 
 
 def _timed(fn: Callable[[], T]) -> tuple[T, float]:
@@ -494,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ragidx eval retrieval: no judged queries in {args.beir}", file=sys.stderr)
         return 2
     from ragidx.providers.embedding_choice import AUTO_EMBED_MODEL, choose_embed_model, sample_languages
-    from ragidx.providers.embeddings import build_embed_model
+    from ragidx.providers.embedding_factory import build_embed_model
 
     if settings.embed_model == AUTO_EMBED_MODEL:  # what the engine would pick for this corpus
         chosen = choose_embed_model(sample_languages(dataset.articles(), settings.default_language))

@@ -31,8 +31,6 @@ from typing import Any, Literal
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
-from ragidx.config import Settings
-
 logger = logging.getLogger(__name__)
 
 BUNDLED_MINILM = "minilm"
@@ -199,28 +197,3 @@ class LocalEmbedding(EncoderEmbedding):
             show_progress_bar=False,
         )
         return [v.tolist() for v in vectors]
-
-
-def build_embed_model(settings: Settings) -> BaseEmbedding:
-    """The configured embedding model (not loaded until first use).
-
-    ``'use-multilingual'`` is the multilingual USE (:mod:`ragidx.providers.use_embedding`),
-    ``'e5-multilingual'`` multilingual-e5-small (:mod:`ragidx.providers.e5_embedding`); anything else
-    is a sentence-transformers model run by ``LocalEmbedding``. ``'auto'`` is MiniLM here: the engine
-    resolves it per index first (:mod:`ragidx.providers.embedding_choice`).
-    """
-    from ragidx.providers.e5_embedding import E5_MULTILINGUAL, E5Embedding
-    from ragidx.providers.use_embedding import USE_MULTILINGUAL, UseEmbedding
-
-    if settings.embed_model == USE_MULTILINGUAL:
-        return UseEmbedding(num_threads=settings.embed_threads)
-    if settings.embed_model == E5_MULTILINGUAL:
-        return E5Embedding(num_threads=settings.embed_threads)
-    return LocalEmbedding(
-        model_name=BUNDLED_MINILM if settings.embed_model == "auto" else settings.embed_model,
-        embed_batch_size=settings.embed_batch_size,
-        quantize=settings.embed_quantize,
-        num_threads=settings.embed_threads,
-        backend=settings.embed_backend,
-        cache_dir=str(settings.model_cache_dir),
-    )

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragidx.providers.speed import cpu_name
+from ragidx.providers.machine import cpu_name
 
 CMAKE_ARGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",

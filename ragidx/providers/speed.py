@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import threading
 import time
 import uuid
@@ -30,6 +29,8 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.providers.chat import capped
+from ragidx.providers.machine import cpu_name
+from ragidx.providers.native_runtime import runtime_id
 
 logger = logging.getLogger(__name__)
 
@@ -98,20 +99,7 @@ def _blend(old: float, new: float, weight: float) -> float:
 def machine_key(model: str, threads: int) -> str:
     """What a speed depends on: the model, the thread count, the CPU and the llama.cpp build (release and
     whether its ggml is the portable or a native one, see :mod:`ragidx.providers.native_runtime`)."""
-    from ragidx.providers.native_runtime import runtime_id
-
     return f"{Path(model).name}|threads={threads}|{cpu_name()}|{runtime_id()}"
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class SpeedLog:

@@ -29,7 +29,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery, VectorStoreQueryMode
 
 from ragidx.config import Settings
-from ragidx.evaluation.retrieval import ndcg_at_k, score_runs
+from ragidx.metrics import ndcg_at_k, score_runs
 from ragidx.retrieval.article_grouper import chunk_kb_id
 from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker

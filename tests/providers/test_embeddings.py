@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragidx.config import Settings
-from ragidx.providers.embeddings import LocalEmbedding, build_embed_model, resolve_model_path
+from ragidx.providers.embeddings import LocalEmbedding, resolve_model_path
 from ragidx.providers.onnx_embedding import OnnxSentenceEncoder, ensure_onnx_model
 
 KB = Path(__file__).resolve().parents[2] / "ragidx" / "data" / "kb" / "libreoffice_en_sample.jsonl"
@@ -53,12 +52,6 @@ def test_constructor_loads_nothing() -> None:
         emb = LocalEmbedding(backend=backend, cache_dir="/nonexistent/never-created")
         assert emb._model is None
     assert not Path("/nonexistent/never-created").exists()
-
-
-def test_build_embed_model_keeps_settings() -> None:
-    emb = build_embed_model(Settings())
-    assert emb.model_name == "minilm" and emb._model is None
-    assert emb.backend in ("onnx", "torch")
 
 
 def test_unknown_backend_is_rejected() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragidx.config import Settings
-from ragidx.providers.embeddings import build_embed_model
+from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.use_embedding import UseEmbedding
 
 pytest.importorskip("onnxruntime_extensions", reason="the 'multilingual' extra is not installed")

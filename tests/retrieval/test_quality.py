@@ -17,7 +17,8 @@ import pytest
 
 from ingestion.pipeline import Ingestor
 from ragidx.article import Article
-from ragidx.evaluation.retrieval import load_beir, ndcg_at_k
+from ragidx.evaluation.retrieval import load_beir
+from ragidx.metrics import ndcg_at_k
 from ragidx.retrieval.article_grouper import group_chunks
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
