@@ -22,8 +22,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.async_utils import asyncio_run
-
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem, read_source
 from ragidx.article import Article
@@ -32,6 +30,7 @@ from ragidx.providers.embeddings import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
+from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
     from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
@@ -429,7 +428,7 @@ class Engine:
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         """
-        return asyncio_run(self.aask(question, session_id=session_id))
+        return run_sync(self.aask(question, session_id=session_id))
 
     async def aask(self, question: str, session_id: str | None = None) -> Any:
         return await self.agent().run(question=question, session_id=session_id)

@@ -116,6 +116,20 @@ def test_a_window_too_small_shows_the_engines_reason(kb_dir: Path) -> None:
     assert errors and "ContextWindowTooSmallError" in errors[0] and "2048" in errors[0]
 
 
+def test_a_dead_endpoint_shows_its_cause_and_what_to_do(kb_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragidx.dashboard.engines import FACTORY_ENV
+    from tests.endpoints import dead_endpoint
+
+    url = dead_endpoint()
+    monkeypatch.setenv(FACTORY_ENV, "tests.dashboard.fakes:make_endpoint_engine")
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", url)
+    monkeypatch.setenv("RAGIDX_LLM__MAX_RETRIES", "0")
+    at = ask(start(), "How do I create a table of contents?")
+    errors = [e.value for e in at.chat_message[1].error]
+    assert errors and f"at {url} failed 1 time" in errors[0] and "connection refused" in errors[0]
+    assert "RAGIDX_LLM__API_BASE" in errors[0] and "nested async" not in errors[0]
+
+
 def test_an_impossible_budget_is_refused_in_the_sidebar(kb_dir: Path) -> None:
     at = start()
     at.sidebar.slider(key="set_trigger").set_value(50)
