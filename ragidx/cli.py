@@ -31,6 +31,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragidx.safe_text import printable, printable_json
+
 
 def _settings(args: argparse.Namespace) -> Any:
     from ragidx.config import Settings
@@ -65,23 +67,24 @@ def cmd_search(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         if engine.article_store.count() == 0:
             print(
-                f"the knowledge base in {engine.settings.data_dir} is empty: run `ragidx ingest PATH` first",
+                f"the knowledge base in {printable(str(engine.settings.data_dir))} is empty: "
+                "run `ragidx ingest PATH` first",
                 file=sys.stderr,
             )
             return 2
         articles = engine.retrieve(args.query, top_k=args.top_k)
     if args.json:
-        print(json.dumps([_article_row(a, with_content=False) for a in articles], ensure_ascii=False))
+        print(printable_json([_article_row(a, with_content=False) for a in articles]))
         return 0
     if not articles:
         print("no matching articles")
-    for a in articles:
+    for a in articles:  # titles, ids and URLs come from the KB's files: escaped, never acted on by the terminal
         row = _article_row(a, with_content=False)
-        print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {a.title}  ({a.kb_id})")
+        print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {printable(a.title)}  ({printable(a.kb_id)})")
         if a.url:
-            print(f"    {a.url}")
+            print(f"    {printable(a.url)}")
         if "flash_reason" in row:
-            print(f"    why: {row['flash_reason']}")
+            print(f"    why: {printable(str(row['flash_reason']))}")
     return 0
 
 
@@ -114,7 +117,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             return 2
         engine.warm_up()
         if args.json:
-            print(json.dumps(engine.ask(args.question).to_dict(), ensure_ascii=False))
+            print(printable_json(engine.ask(args.question).to_dict()))
             return 0
         answer = _stream_answer(engine, args.question, progress=not args.quiet)
     sources = answer.render().partition("\nSources:\n")[2]
@@ -287,14 +290,22 @@ class _EntityUnescaper:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
-        engine.delete(args.kb_ids)
-    print(json.dumps({"deleted": len(args.kb_ids)}))
+        report = engine.delete(args.kb_ids)
+    print(printable_json(report.as_dict()))
+    if report.not_found:
+        shown = ", ".join(printable(kb_id) for kb_id in report.not_found)
+        print(
+            f"ragidx: {len(report.not_found)} of {len(report.requested)} ids not found (nothing to delete): {shown}. "
+            "Check the ids with `ragidx search` (and the tenant setting, RAGIDX_TENANT).",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
-        print(json.dumps(engine.stats()))
+        print(printable_json(engine.stats()))
     return 0
 
 
@@ -493,10 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ValidationError as exc:
-        print(f"ragidx: invalid settings: {exc}", file=sys.stderr)
+        print(f"ragidx: invalid settings: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, ConnectionError, RuntimeError) as exc:
-        print(f"ragidx: {exc}", file=sys.stderr)
+        print(f"ragidx: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)  # may quote a file's text
         return 1
     except KeyboardInterrupt:
         print("ragidx: interrupted; run the same command again to resume", file=sys.stderr)

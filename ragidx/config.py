@@ -62,6 +62,12 @@ LOCAL_ANSWER_CHECK_MARGIN = 0.2
 # on PostgreSQL and LibreOffice en/ru that dropped no article holding the answer, on HotpotQA second-hop paragraphs
 # of 3 questions none answered before (0.5: 5, two answered); it leaves out 14-26 % of the articles shown.
 RELEVANCE_FLOOR = 0.4
+# An endpoint that takes the connection and never answers fails after this many seconds by default (once: no retry
+# starts after one read timeout has passed, see ragidx.providers.chat.ChatCaller): a hosted chat model sends its
+# first streamed token, or a short tool call whole, well within it.
+ENDPOINT_READ_TIMEOUT_S = 20.0
+# Opening a TCP (and TLS) connection takes milliseconds on a LAN and well under a second across the internet.
+ENDPOINT_CONNECT_TIMEOUT_S = 5.0
 
 
 class LLMEndpoint(BaseModel):
@@ -86,7 +92,26 @@ class LLMEndpoint(BaseModel):
     context_window: int = Field(default=8192, ge=512, description="Tokens the model accepts in total.")
     max_output_tokens: int = Field(default=512, ge=16, description="Tokens reserved for the answer.")
     timeout_s: float | None = Field(
-        default=None, gt=0, description="Per-request timeout; None: 900 s for the local model, 120 s otherwise."
+        default=None,
+        gt=0,
+        description="Most seconds for each other phase of one request (sending it, waiting for a free "
+        "connection), and the read timeout when read_timeout_s is not set; None: 900 s for the local model, "
+        "120 s otherwise.",
+    )
+    connect_timeout_s: float = Field(
+        default=ENDPOINT_CONNECT_TIMEOUT_S,
+        gt=0,
+        description="Most seconds to open a connection to the endpoint (TCP and TLS): an address where nothing "
+        "answers fails after this instead of after the read timeout.",
+    )
+    read_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Most seconds to wait for the endpoint's first byte of a reply, and then for each next "
+        "piece of it: an endpoint that takes the connection and never answers fails after this, once (no "
+        "retry starts after one read timeout has passed). None: timeout_s when that is set, else 900 s for the "
+        f"local model (it reads the whole prompt on a CPU first) and {ENDPOINT_READ_TIMEOUT_S:g} s for endpoints; "
+        "raise it for a slow model that sends nothing until its reply is complete.",
     )
     max_retries: int | None = Field(
         default=None,
@@ -174,6 +199,14 @@ class LLMEndpoint(BaseModel):
     @property
     def effective_timeout_s(self) -> float:
         return self.timeout_s if self.timeout_s is not None else (900.0 if self.is_local else 120.0)
+
+    @property
+    def effective_read_timeout_s(self) -> float:
+        if self.read_timeout_s is not None:
+            return self.read_timeout_s
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 900.0 if self.is_local else ENDPOINT_READ_TIMEOUT_S
 
     @property
     def effective_max_retries(self) -> int:

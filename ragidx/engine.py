@@ -17,12 +17,11 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-
-from llama_index.core.async_utils import asyncio_run
 
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem, read_source
@@ -32,6 +31,7 @@ from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
+from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
     from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
@@ -59,6 +59,18 @@ def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
         )
     except Exception as exc:  # the first question starts the server again and says what failed
         logger.debug("warming up the local model failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class DeleteReport:
+    """What ``Engine.delete`` did: the ids asked for (repeats dropped), those deleted, those not found."""
+
+    requested: list[str]
+    deleted: list[str]
+    not_found: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"deleted": len(self.deleted), "deleted_ids": self.deleted, "not_found": self.not_found}
 
 
 class Engine:
@@ -391,10 +403,21 @@ class Engine:
             self._rebuild_retrieval()  # a stored tuning was made on the old index
         return report
 
-    def delete(self, kb_ids: list[str]) -> None:
-        """Delete articles and their chunks."""
-        self.ingestor().delete(kb_ids)
-        self._rebuild_retrieval()
+    def delete(self, kb_ids: Sequence[str]) -> DeleteReport:
+        """Delete articles and their chunks; says which were deleted and which ids this KB (this tenant's part
+        of it) does not hold.
+
+        Example:
+            >>> engine.delete(["tables", "no-such-article"]).as_dict()  # doctest: +SKIP
+            {'deleted': 1, 'deleted_ids': ['tables'], 'not_found': ['no-such-article']}
+        """
+        requested = list(dict.fromkeys(kb_ids))
+        held = self.article_store.states(requested)  # this tenant's articles, indexed or pending
+        self.ingestor().delete(requested)  # all of them: chunks an interrupted run left go too
+        if held:
+            self._rebuild_retrieval()
+        deleted = [kb_id for kb_id in requested if kb_id in held]
+        return DeleteReport(requested, deleted, [kb_id for kb_id in requested if kb_id not in held])
 
     def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
         """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``."""
@@ -429,7 +452,7 @@ class Engine:
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         """
-        return asyncio_run(self.aask(question, session_id=session_id))
+        return run_sync(self.aask(question, session_id=session_id))
 
     async def aask(self, question: str, session_id: str | None = None) -> Any:
         return await self.agent().run(question=question, session_id=session_id)
@@ -542,8 +565,9 @@ class Engine:
         return RagChatEngine(self, self.memory, session_id=session_id)
 
     def stats(self) -> dict[str, Any]:
-        """Counts of articles and chunks, and where they live."""
+        """Counts of articles and chunks (of this engine's tenant; without one, of no tenant), and where they live."""
         return {
+            "tenant": self.settings.tenant,
             "articles": self.article_store.count(),
             "pending": self.article_store.count("pending"),
             "chunks": self.chunk_store.count(),

@@ -270,3 +270,126 @@ def test_a_source_list_the_model_copies_after_its_answer_is_not_printed(capsys: 
     answer = Answer(question="q", text="Source code is in [1].", citations=[Citation(1, "t", "Tables", "")])
     _stream_answer(_StreamingEngine(["Sou", "rce code is in [1]."], answer), "q", progress=False)
     assert capsys.readouterr().out == "Source code is in [1].\n"
+
+
+# --- counts that tell the truth, text that cannot spoof the terminal, tenants kept apart ------------------
+def test_delete_reports_the_articles_deleted_and_names_the_ids_not_found(
+    scripted_kb: str, writer_kb_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--data-dir", scripted_kb, "delete", "no-such-article"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"deleted": 0, "deleted_ids": [], "not_found": ["no-such-article"]}
+    assert "1 of 1 ids not found (nothing to delete): no-such-article" in err
+
+    toc = json.loads(Path(writer_kb_file).read_text(encoding="utf-8").splitlines()[0])["id"]  # a Writer article
+    assert main(["--data-dir", scripted_kb, "delete", toc, "nope-1", toc, "nope-2"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"deleted": 1, "deleted_ids": [toc], "not_found": ["nope-1", "nope-2"]}
+    assert "2 of 3 ids not found" in err and "nope-1, nope-2" in err
+    assert main(["--data-dir", scripted_kb, "stats"]) == 0
+    assert json.loads(capsys.readouterr().out)["articles"] == 25
+
+    assert main(["--data-dir", scripted_kb, "delete", toc]) == 1  # gone already
+    assert json.loads(capsys.readouterr().out)["deleted"] == 0
+
+
+UNSAFE = "\x00\x07\x1b[2J\x7f\x9b\u202e\u2066\u200f\u2028"
+
+
+def _no_raw_controls(text: str) -> None:
+    from ragidx.safe_text import UNSAFE_CHARACTERS
+
+    shown = text.replace("\n", "")  # the lines themselves
+    assert not UNSAFE_CHARACTERS.search(shown), repr(shown)
+
+
+def test_control_characters_in_titles_ids_and_urls_are_escaped_on_every_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.dashboard.fakes import make_engine
+
+    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
+    kb = tmp_path / "evil.jsonl"
+    evil = {
+        "id": f"evil{UNSAFE}id",
+        "title": f"Margins {UNSAFE}txt.exe",
+        "url": f"https://help.example/margins{UNSAFE}",
+        "text": "Set the page margins of a document with Format > Page Style > Page: the margins are in cm.",
+    }
+    kb.write_text(json.dumps(evil) + "\n", encoding="utf-8")
+    data = str(tmp_path / "kb")
+    assert main(["--data-dir", data, "ingest", str(kb), "--quiet"]) == 0
+    capsys.readouterr()
+
+    assert main(["--data-dir", data, "search", "page margins", "--json"]) == 0
+    out = capsys.readouterr().out
+    _no_raw_controls(out)
+    row = json.loads(out)[0]  # the same data for a program: JSON escapes read back as the characters
+    assert (row["kb_id"], row["title"], row["url"]) == (evil["id"], evil["title"], evil["url"])
+
+    assert main(["--data-dir", data, "search", "page margins"]) == 0
+    out = capsys.readouterr().out
+    _no_raw_controls(out)
+    assert "Margins \\x00\\x07\\x1b[2J\\x7f\\x9b\\u202e\\u2066\\u200f\\u2028txt.exe" in out
+    assert "(evil\\x00" in out and "https://help.example/margins\\x00" in out
+
+    assert main(["--data-dir", data, "ask", "How do I set page margins?", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    _no_raw_controls(out.partition("\nSources:\n")[2])
+    assert "[1] Margins \\x00" in out
+
+    assert main(["--data-dir", data, "ask", "How do I set page margins?", "--json"]) == 0
+    out = capsys.readouterr().out
+    _no_raw_controls(out)
+    assert json.loads(out)["citations"][0]["title"] == evil["title"]
+
+    assert main(["--data-dir", data, "delete", f"gone{UNSAFE}"]) == 1
+    out, err = capsys.readouterr()
+    _no_raw_controls(out + err)
+    assert "gone\\x00" in err
+
+
+def test_a_process_without_a_tenant_sees_only_tenant_less_data(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from tests.dashboard.fakes import make_engine
+
+    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
+    text = "Set the page margins with Format > Page Style > Page; margins are measured in centimetres."
+    acme, public = tmp_path / "acme.jsonl", tmp_path / "public.jsonl"
+    acme.write_text(
+        "".join(json.dumps({"id": f"acme-secret-{i}", "title": f"Margins {i}", "text": text}) + "\n" for i in range(8)),
+        encoding="utf-8",
+    )
+    public.write_text(json.dumps({"id": "public-1", "title": "Page margins", "text": text}) + "\n", encoding="utf-8")
+    data = str(tmp_path / "kb")
+    monkeypatch.setenv("RAGIDX_TENANT", "acme")
+    assert main(["--data-dir", data, "ingest", str(acme), "--quiet"]) == 0
+    monkeypatch.delenv("RAGIDX_TENANT")
+    assert main(["--data-dir", data, "ingest", str(public), "--quiet"]) == 0
+    capsys.readouterr()
+
+    assert main(["--data-dir", data, "stats"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["tenant"], stats["articles"]) == (None, 1)
+    caplog.set_level(logging.DEBUG, logger="ragidx")
+    assert main(["--data-dir", data, "search", "page margins", "--json"]) == 0
+    assert [r["kb_id"] for r in json.loads(capsys.readouterr().out)] == ["public-1"]
+    assert main(["--data-dir", data, "ask", "How do I set page margins?", "--json"]) == 0
+    assert [c["kb_id"] for c in json.loads(capsys.readouterr().out)["citations"]] == ["public-1"]
+    assert not [r.getMessage() for r in caplog.records if "acme" in r.getMessage()]  # no other tenant's ids
+    assert main(["--data-dir", data, "delete", "acme-secret-1"]) == 1  # not this process's to delete
+    capsys.readouterr()
+
+    monkeypatch.setenv("RAGIDX_TENANT", "acme")
+    assert main(["--data-dir", data, "stats"]) == 0
+    acme_stats = json.loads(capsys.readouterr().out)
+    assert (acme_stats["tenant"], acme_stats["articles"]) == ("acme", 8)
+    assert acme_stats["chunks"] >= 8 and stats["chunks"] < acme_stats["chunks"]  # chunks are counted per tenant too
+    assert main(["--data-dir", data, "search", "page margins", "--json"]) == 0
+    assert all(r["kb_id"].startswith("acme-secret-") for r in json.loads(capsys.readouterr().out))

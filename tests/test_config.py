@@ -72,3 +72,21 @@ def test_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("RAGIDX_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(FileNotFoundError, match="nope.toml"):
         Settings()
+
+
+def test_endpoint_timeouts_default_short_for_endpoints_and_long_for_the_local_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ragidx.config import LLMEndpoint
+
+    remote = LLMEndpoint(api_base="http://127.0.0.1:9/v1")
+    assert (remote.connect_timeout_s, remote.effective_read_timeout_s, remote.effective_timeout_s) == (5.0, 20.0, 120.0)
+    assert LLMEndpoint().effective_read_timeout_s == 900.0  # the local model reads the whole prompt first
+    assert LLMEndpoint(api_base="http://x/v1", timeout_s=300).effective_read_timeout_s == 300.0  # as it was
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("RAGIDX_LLM__CONNECT_TIMEOUT_S", "2")
+    monkeypatch.setenv("RAGIDX_LLM__READ_TIMEOUT_S", "7.5")
+    s = Settings()
+    assert (s.llm.connect_timeout_s, s.llm.effective_read_timeout_s) == (2.0, 7.5)
+    for field in ("connect_timeout_s", "read_timeout_s"):
+        assert LLMEndpoint.model_fields[field].description  # documented

@@ -322,3 +322,50 @@ def test_an_index_built_with_multilingual_e5_is_searched_with_it_and_not_with_mi
             wrong.ingest(_kb_file(tmp_path / "more.jsonl", en=2, ru=0))
     with Engine(Settings(data_dir=tmp_path / "data")) as again:
         assert again.stats()["articles"] == 12  # the refused ingest wrote nothing
+
+
+# --- a dead or silent endpoint: the cause reaches every surface -----------------------------------------
+def _refused(exc: BaseException) -> None:
+    from ragidx.providers.chat import LLMUnavailableError
+
+    assert isinstance(exc, LLMUnavailableError), repr(exc)
+    assert "connection refused" in str(exc) and "nested async" not in str(exc)
+
+
+def test_a_dead_endpoint_is_named_by_ask_aask_and_stream_ask(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.endpoints import dead_endpoint, engine_on
+
+    with engine_on(dead_endpoint(), tmp_path, max_retries=0) as engine:
+        with pytest.raises(Exception) as info:
+            engine.ask("How do I insert a table?")
+        _refused(info.value)
+        with pytest.raises(Exception) as info:
+            asyncio.run(engine.aask("How do I insert a table?"))
+        _refused(info.value)
+        with pytest.raises(Exception) as info:
+            list(engine.stream_ask("How do I insert a table?", progress=True))
+        _refused(info.value)
+
+        async def in_a_running_loop() -> None:  # Jupyter: ask() from a cell, inside the kernel's loop
+            engine.ask("How do I insert a table?")
+
+        with pytest.raises(Exception) as info:
+            asyncio.run(in_a_running_loop())
+        _refused(info.value)
+
+
+def test_a_silent_endpoint_fails_ask_after_one_read_timeout(tmp_path: Path) -> None:
+    import time
+
+    from ragidx.providers.chat import LLMUnavailableError
+    from tests.endpoints import SilentServer, engine_on
+
+    with SilentServer() as server, engine_on(server.url, tmp_path, read_timeout_s=1, max_retries=3) as engine:
+        engine.retrieve("warm up")  # the index opens before the clock starts
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailableError, match="sent no reply within 1 s") as info:
+            engine.ask("How do I insert a table?")
+        assert time.monotonic() - started < 5  # one read timeout of 1 s, not 4 (retries stop within it)
+        assert info.value.timed_out and len(server.accepted) == 1

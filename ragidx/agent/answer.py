@@ -42,12 +42,15 @@ class Progress:
     expected_s: float | None = None  # the model's expected time for this prompt, when its speed is known
 
     def describe(self) -> str:
-        """One line for a terminal or a status box."""
+        """One line for a terminal or a status box (titles, queries and errors escaped: ``safe_text.printable``)."""
+        from ragidx.safe_text import printable
+
         if self.stage == "search":
+            query = printable(self.query)
             if self.error:
-                return f'searched "{self.query}": failed ({self.error})'
-            titles = "; ".join(self.articles[:5]) + ("; …" if len(self.articles) > 5 else "")
-            return f'searched "{self.query}": {_articles(len(self.articles))}' + (f" ({titles})" if titles else "")
+                return f'searched "{query}": failed ({printable(self.error)})'
+            titles = "; ".join(printable(t) for t in self.articles[:5]) + ("; …" if len(self.articles) > 5 else "")
+            return f'searched "{query}": {_articles(len(self.articles))}' + (f" ({titles})" if titles else "")
         if self.call == "answer":
             n = _articles(len(self.articles))
             about = f" (about {self.expected_s:.0f} s)" if self.expected_s is not None else ""
@@ -121,10 +124,13 @@ class Answer:
         return data
 
     def render(self) -> str:
-        """The answer and its sources, for a terminal."""
-        lines = [self.text.strip()]
+        """The answer and its sources, for a terminal: control and bidi characters from the articles' titles,
+        ids and URLs (or echoed into the text) are shown as escapes (:func:`ragidx.safe_text.printable`)."""
+        from ragidx.safe_text import printable
+
+        lines = [printable(self.text.strip(), keep_newlines=True)]
         if self.citations:
             lines.append("")
             lines.append("Sources:")
-            lines.extend(f"[{c.number}] {c.title} — {c.url or c.kb_id}" for c in self.citations)
+            lines.extend(f"[{c.number}] {printable(c.title)} — {printable(c.url or c.kb_id)}" for c in self.citations)
         return "\n".join(lines)

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -46,6 +45,7 @@ from ragidx.article import SearchResult
 from ragidx.budget import ContextBudget
 from ragidx.budget.messages import message_text, tool_results, with_results
 from ragidx.budget.report import BudgetReport
+from ragidx.sync_call import run_sync
 
 __all__ = ["BudgetedLLM"]
 
@@ -118,7 +118,7 @@ class BudgetedLLM(FunctionCallingLLM):
 
     def budget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
         """``abudget`` from synchronous code."""
-        sent: list[ChatMessage] = asyncio_run(self.abudget(messages, tools))
+        sent: list[ChatMessage] = run_sync(self.abudget(messages, tools))
         return sent
 
     # --- chat ----------------------------------------------------------------------------------------

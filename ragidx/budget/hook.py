@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.instrumentation import get_dispatcher
 
@@ -53,6 +52,7 @@ from ragidx.budget.messages import call_id, message_text
 from ragidx.budget.report import BudgetReport, ContextBudgetEvent
 from ragidx.budget.run import BudgetRun, Renderer
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.sync_call import run_sync
 from ragidx.tools.cap import RetrievalCap
 
 __all__ = ["ContextBudget", "Fit", "Renderer"]
@@ -179,7 +179,7 @@ class ContextBudget:
 
     def fit(self, *args: Any, **kwargs: Any) -> Fit:
         """``afit`` from synchronous code."""
-        return asyncio_run(self.afit(*args, **kwargs))
+        return run_sync(self.afit(*args, **kwargs))
 
     # --- steps ----------------------------------------------------------------------------------------
     def _memory_needed(self, run: BudgetRun) -> bool:

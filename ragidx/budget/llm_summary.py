@@ -19,7 +19,6 @@ import threading
 from collections import Counter
 from typing import Any
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.article import Article
@@ -27,6 +26,7 @@ from ragidx.budget.compressor import ArticleCompressor
 from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.providers.chat import ChatCaller
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.sync_call import run_sync
 
 __all__ = ["SUMMARY_PROMPT", "LLMSummaryCompressor"]
 
@@ -99,7 +99,7 @@ class LLMSummaryCompressor:
 
     def compress(self, article: Article, target_tokens: int, question: str) -> str:
         """``acompress`` from synchronous code."""
-        return str(asyncio_run(self.acompress(article, target_tokens, question)))
+        return str(run_sync(self.acompress(article, target_tokens, question)))
 
     # --- internals ------------------------------------------------------------------------------------
     def _count(self, reason: str) -> None:

@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 
 from ragidx.article import SearchResult
 from ragidx.budget.messages import call_id, message_text
 from ragidx.providers.chat import ChatCaller
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.sync_call import run_sync
 
 __all__ = ["MEMORY_PROMPT", "SUMMARY_PREFIX", "ConversationMemory", "MemoryResult"]
 
@@ -98,7 +98,7 @@ class ConversationMemory:
 
     def summarize(self, history: Sequence[ChatMessage], **kwargs: Any) -> MemoryResult:
         """``asummarize`` from synchronous code (same keyword arguments)."""
-        result: MemoryResult = asyncio_run(self.asummarize(history, **kwargs))
+        result: MemoryResult = run_sync(self.asummarize(history, **kwargs))
         return result
 
     async def asummarize(

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from ragidx.agent.answer import Answer, Progress
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
+from ragidx.safe_text import printable, web_url
 
 __all__ = [
     "AnswerStream",
@@ -25,6 +27,7 @@ __all__ = [
     "citation_lines",
     "default_call",
     "flash_reasons",
+    "safe_markdown",
     "token_rows",
 ]
 
@@ -33,15 +36,47 @@ FLASH_EXCERPT = "flash_excerpt"
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("[", "\\[").replace("]", "\\]")
+    return printable(text).replace("[", "\\[").replace("]", "\\]")
+
+
+# Markdown link syntax and the target it points at: an inline link or image "](target", an autolink "<scheme:",
+# a reference definition "[label]: target" at the start of a line.
+_INLINE_TARGET = re.compile(r"\]\(\s*<?([^)\s>]*)")
+_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.\-]{1,31}:[^>\s]*)>")
+_REFERENCE = re.compile(r"^( {0,3})\[([^\]\n]+)\]:[ \t]*<?(\S*?)>?(?=\s|$)", re.MULTILINE)
+
+
+def safe_markdown(text: str) -> str:
+    """Markdown from the model or an article, fit for ``st.markdown``: control and bidi characters shown as
+    escapes, and every link or image whose target is not an http(s) URL (``javascript:``, ``data:``, relative)
+    left as its plain text.
+
+    Example:
+        >>> safe_markdown("See [the page](https://x.org/a) or [this](javascript:alert(1)) <data:text/html,x>")
+        'See [the page](https://x.org/a) or [this]\\\\(javascript:alert(1)) \\\\<data:text/html,x>'
+    """
+
+    def inline(m: re.Match[str]) -> str:
+        return m.group(0) if web_url(m.group(1)) else "]\\(" + m.group(0)[2:]
+
+    def autolink(m: re.Match[str]) -> str:
+        return m.group(0) if web_url(m.group(1)) else "\\" + m.group(0)
+
+    def reference(m: re.Match[str]) -> str:
+        return m.group(0) if web_url(m.group(3)) else f"{m.group(1)}\\{m.group(0)[len(m.group(1)) :]}"
+
+    text = printable(text, keep_newlines=True)
+    return _REFERENCE.sub(reference, _AUTOLINK.sub(autolink, _INLINE_TARGET.sub(inline, text)))
 
 
 def citation_lines(answer: Answer) -> list[str]:
-    """``[n] [title](url)`` per cited article (the kb_id stands in for a missing url)."""
+    """``[n] [title](url)`` per cited article; the kb_id stands in for a missing URL and for one that is not
+    http(s), which is never made a link (``javascript:``, ``data:``). Titles, ids and URLs are escaped."""
     lines = []
     for c in answer.citations:
         title = _md_escape(c.title or c.kb_id)
-        lines.append(f"[{c.number}] [{title}]({c.url})" if c.url else f"[{c.number}] {title} ({c.kb_id})")
+        link = web_url(c.url)
+        lines.append(f"[{c.number}] [{title}]({link})" if link else f"[{c.number}] {title} ({_md_escape(c.kb_id)})")
     return lines
 
 
@@ -53,14 +88,14 @@ def article_rows(answer: Answer) -> list[dict[str, Any]]:
         meta = article.get("metadata") or {}
         row: dict[str, Any] = {
             "#": i,
-            "title": article.get("title") or article.get("kb_id", ""),
+            "title": printable(str(article.get("title") or article.get("kb_id", ""))),
             "rerank_score": _float(meta.get("rerank_score")),
             "normalized_rank": _float(meta.get("normalized_rank")),
             "cited": f"[{cited[article.get('kb_id', '')]}]" if article.get("kb_id") in cited else "",
         }
         if meta.get(FLASH_REASON):
-            row["flash_reason"] = str(meta[FLASH_REASON])
-        row["kb_id"] = article.get("kb_id", "")
+            row["flash_reason"] = printable(str(meta[FLASH_REASON]))
+        row["kb_id"] = printable(str(article.get("kb_id", "")))
         rows.append(row)
     return rows
 
@@ -71,7 +106,9 @@ def flash_reasons(answer: Answer) -> list[tuple[str, str]]:
     for article in answer.articles:
         meta = article.get("metadata") or {}
         if meta.get(FLASH_REASON):
-            out.append((str(article.get("title") or article.get("kb_id")), str(meta[FLASH_REASON])))
+            out.append(
+                (_md_escape(str(article.get("title") or article.get("kb_id"))), printable(str(meta[FLASH_REASON])))
+            )
     return out
 
 
@@ -94,7 +131,7 @@ def token_rows(report: BudgetReport) -> list[dict[str, Any]]:
     """Long-form rows for the tokens chart: each article's tokens ``before`` and ``after`` the budget."""
     rows = []
     for i, a in enumerate(report.articles, start=1):
-        label = f"{i}. {a.title or a.kb_id}"
+        label = f"{i}. {printable(a.title or a.kb_id)}"
         for stage, tokens in (("before", a.tokens_before), ("after", a.tokens_after)):
             rows.append(
                 {
@@ -136,9 +173,9 @@ def budget_view(report: BudgetReport, answer: Answer | None = None) -> BudgetVie
         notes.append(f"budget recommends a larger model: {report.fallback_reason or 'material does not fit'}")
     for a in report.articles:
         if a.fallback_reason == BELOW_FLOOR:
-            left_out.append(a.title or a.kb_id)
+            left_out.append(printable(a.title or a.kb_id))
         elif a.fallback_reason:
-            notes.append(f"{a.title or a.kb_id}: compressor output replaced ({a.fallback_reason})")
+            notes.append(f"{printable(a.title or a.kb_id)}: compressor output replaced ({a.fallback_reason})")
     if answer is not None and answer.fallback_reason:
         notes.append(f"answered by fallback model {answer.model!r}: {answer.fallback_reason}")
     return BudgetView(

@@ -30,6 +30,7 @@ from ragidx.dashboard.answers import (
     citation_lines,
     default_call,
     flash_reasons,
+    safe_markdown,
     token_rows,
 )
 from ragidx.dashboard.charts import LATENCY_METRICS, QUALITY_METRICS, stages_chart, tokens_chart, window_gauge
@@ -43,6 +44,7 @@ from ragidx.dashboard.evaluation import (
     stage_table,
 )
 from ragidx.dashboard.uploads import ACCEPTED_SUFFIXES, UploadResult, ingest_upload
+from ragidx.safe_text import printable
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +190,7 @@ def chat_page(engine: Any) -> None:
         return
     history.append({"role": "user", "text": question})
     with st.chat_message("user"):
-        st.markdown(question)
+        st.markdown(safe_markdown(question))
     with st.chat_message("assistant"):
         turn = _ask(engine, question, session_id)
         history.append(turn)
@@ -208,12 +210,13 @@ def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
         with st.spinner("Searching and answering…"):
             for piece in stream.pieces():
                 text += piece
-                placeholder.markdown(text + "▌")
+                placeholder.markdown(safe_markdown(text) + "▌")
         answer = stream.answer
     except Exception as exc:  # show what failed (endpoint down, window too small) rather than a traceback
         logger.warning("ask failed: %s", exc)
         placeholder.empty()
-        return {"role": "assistant", "error": f"The engine could not answer: {type(exc).__name__}: {exc}"}
+        why = printable(f"{type(exc).__name__}: {exc}", keep_newlines=True)
+        return {"role": "assistant", "error": f"The engine could not answer: {why}"}
     placeholder.empty()
     return {"role": "assistant", "answer": answer}
 
@@ -224,22 +227,22 @@ def _render_turn(turn: dict[str, Any], index: int, *, latest: bool, streamed: bo
         return
     answer: Answer | None = turn.get("answer")
     if answer is None:
-        st.markdown(turn["text"])
+        st.markdown(safe_markdown(turn["text"]))
         return
     render_answer(answer, index, expanded=latest)
 
 
 def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
     """The answer text, its sources, and how it was made (articles, budget, fallbacks)."""
-    st.markdown(answer.text)
+    st.markdown(safe_markdown(answer.text))  # the model may echo an article's links and control characters
     if answer.not_found:
-        why = f" Why: {answer.not_found_reason}." if answer.not_found_reason else ""
+        why = f" Why: {printable(answer.not_found_reason)}." if answer.not_found_reason else ""
         st.info(f"Not found in the knowledge base: no article is cited.{why}")
     lines = citation_lines(answer)
     if lines:
         st.markdown("**Sources**\n\n" + "\n".join(f"- {line}" for line in lines))
     for error in answer.tool_errors:
-        st.warning(f"Search error: {error}")
+        st.warning(f"Search error: {printable(error)}")
     if answer.fallback_reason:
         st.warning(f"Answered by the fallback model {answer.model!r}: {answer.fallback_reason}")
     with st.expander("How this answer was made", expanded=expanded):
@@ -248,7 +251,7 @@ def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
         check = "" if answer.answer_check is None else f"answer check {answer.answer_check:+.2f} log-odds of YES · "
         st.caption(
             f"Model {answer.model or '?'} · citations by {answer.citation_method} · {check}"
-            f"queries: {'; '.join(answer.queries) or '—'} · "
+            f"queries: {printable('; '.join(answer.queries)) or '—'} · "
             + " · ".join(f"{k} {v:.2f}s" for k, v in answer.timings.items())
         )
 

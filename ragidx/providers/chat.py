@@ -24,11 +24,20 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+from tenacity.stop import stop_base
 
 __all__ = [
     "ChatCaller",
@@ -109,6 +118,60 @@ def error_kind(exc: BaseException) -> Literal["retry", "fatal", "bug"]:
     if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
         return "retry"
     return "bug"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes, outermost first (``__cause__``, else ``__context__``)."""
+    out: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in out:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
+
+
+def unavailable_reason(exc: BaseException, llm: Any) -> tuple[str, str]:
+    """(what went wrong with the endpoint, in a few words; what to do about it) for a ``retry`` kind error.
+
+    The words come from the whole cause chain: the OpenAI client reports "Connection error." and "Request timed
+    out." over the socket's own error ("Connection refused"), which is the one that tells the user what to fix.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise ConnectionRefusedError(111, "Connection refused")
+        ...     except OSError as exc:
+        ...         raise ConnectionError("Connection error.") from exc
+        ... except ConnectionError as outer:
+        ...     unavailable_reason(outer, None)[0]
+        'connection refused'
+    """
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
+    connect_s = getattr(llm, "connect_timeout", None)
+    read_s = getattr(llm, "read_timeout", None)
+    reachable = "Check that the server runs and listens at that address (RAGIDX_LLM__API_BASE for the main model)"
+    local = "; for the local model, see the server log in the model cache folder"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused", f"{reachable}{local}."
+    if "ConnectTimeout" in names:
+        within = f" within {connect_s:g} s" if connect_s else ""
+        return (
+            f"no connection{within} (connect_timeout_s)",
+            f"{reachable}, and that no firewall drops the traffic.",
+        )
+    if "ReadTimeout" in names or "APITimeoutError" in names or any(isinstance(e, TimeoutError) for e in chain):
+        within = f" within {read_s:g} s" if read_s else ""
+        return (
+            f"it took the connection but sent no reply{within} (read_timeout_s)",
+            "Check that the server is not stuck or overloaded; for a model that is slow to start its reply, raise "
+            "read_timeout_s (RAGIDX_LLM__READ_TIMEOUT_S for the main model).",
+        )
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return f"HTTP {status} ({exc})", "The endpoint is overloaded or failing: try again later."
+    inner = next((e for e in reversed(chain) if str(e) and not isinstance(e, asyncio.CancelledError)), exc)
+    return f"{type(inner).__name__}: {inner}", f"{reachable}{local}."
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -210,6 +273,10 @@ class ChatCaller:
         retries / backoff_s: retries of endpoint trouble, waiting ``backoff_s * 2**n`` seconds.
         max_output_tokens: the reply's reserve (to read llama-cpp's overflow message, which counts it).
         inline_tool_results: send tool traffic as plain text (see :func:`to_inline`).
+        retry_window_s: no retry starts once this many seconds have passed since the first try. Default: the
+            LLM's ``read_timeout`` when it has one (:class:`~ragidx.providers.llms.EndpointLLM`), so an endpoint
+            that takes the connection and never answers fails after one read timeout, not ``retries + 1`` of
+            them, while a refused connection is still retried within that window.
 
     Example:
         >>> text = await ChatCaller(llm).astream(messages, print)  # doctest: +SKIP
@@ -223,11 +290,13 @@ class ChatCaller:
         backoff_s: float = 1.0,
         max_output_tokens: int = 0,
         inline_tool_results: bool = False,
+        retry_window_s: float | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.llm = llm
         self.retries = retries
+        self.retry_window_s = retry_window_s if retry_window_s is not None else getattr(llm, "read_timeout", None)
         self.backoff_s = backoff_s
         self.max_output_tokens = max_output_tokens
         self.inline_tool_results = inline_tool_results
@@ -273,13 +342,17 @@ class ChatCaller:
         return await self._with_retries(call)
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
+        stop: stop_base = stop_after_attempt(self.retries + 1)
+        if self.retry_window_s is not None:
+            stop = stop | stop_after_delay(self.retry_window_s)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
+            stop=stop,
             wait=wait_exponential(multiplier=self.backoff_s, max=60),
             retry=retry_if_exception(lambda e: error_kind(e) == "retry"),
             before_sleep=self._log_retry,
             reraise=True,
         )
+        started = time.monotonic()
         try:
             return await retrying(call)
         except Exception as exc:
@@ -288,10 +361,11 @@ class ChatCaller:
                 raise
             name = endpoint_name(self.llm)
             if kind == "retry":
+                tries = retrying.statistics.get("attempt_number", self.retries + 1)
+                what, todo = unavailable_reason(exc, self.llm)
                 raise LLMUnavailableError(
-                    f"the model endpoint {name} failed {self.retries + 1} times "
-                    f"(last: {type(exc).__name__}: {exc}). Is it running and reachable? For the local model, see "
-                    "the server log in the model cache folder.",
+                    f"the model endpoint {name} failed {tries} {'time' if tries == 1 else 'times'} in "
+                    f"{time.monotonic() - started:.1f} s: {what}. {todo}",
                     timed_out=_timed_out(exc),
                 ) from exc
             overflow, server_count = overflow_prompt_tokens(exc, self.max_output_tokens)
@@ -306,4 +380,5 @@ class ChatCaller:
     def _log_retry(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
-        logger.warning("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, state.attempt_number, wait)
+        what = unavailable_reason(exc, None)[0] if exc is not None else "?"
+        logger.warning("LLM call failed (%s); retry %d in %.1fs", what, state.attempt_number, wait)

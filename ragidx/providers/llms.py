@@ -20,7 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 from llama_index.llms.openai_like import OpenAILike
+from pydantic import Field
 
 from ragidx.config import LLMEndpoint
 from ragidx.providers.local_llm import LocalLLMServer, assemble_gguf, default_cache_dir
@@ -30,6 +32,35 @@ from ragidx.providers.tokenizer import GGUFTokenCounter, TokenCounter
 logger = logging.getLogger(__name__)
 
 LOCAL_API_KEY = "local-no-key"
+
+
+class EndpointLLM(OpenAILike):
+    """``OpenAILike`` with separate connect and read timeouts (LlamaIndex's ``timeout`` is one number for all).
+
+    ``connect_timeout`` bounds opening the connection, ``read_timeout`` the wait for the reply's first byte and
+    for each next piece; ``timeout`` the other phases (sending the request, a free pooled connection).
+    :class:`~ragidx.providers.chat.ChatCaller` reads ``read_timeout`` to start no retry after one of them.
+
+    Example:
+        >>> llm = EndpointLLM(model="m", api_base="http://127.0.0.1:9/v1", api_key="-", connect_timeout=2,
+        ...                   read_timeout=10)
+        >>> llm._get_credential_kwargs()["timeout"]
+        Timeout(connect=2.0, read=10.0, write=60.0, pool=60.0)
+    """
+
+    connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to open a connection.")
+    read_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds to wait for the reply's first byte, and then for each next piece."
+    )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ragidx_endpoint_llm"
+
+    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super()._get_credential_kwargs(is_async=is_async)
+        kwargs["timeout"] = httpx.Timeout(self.timeout, connect=self.connect_timeout, read=self.read_timeout)
+        return kwargs
 
 
 class LLMProvider:
@@ -46,7 +77,7 @@ class LLMProvider:
         self._servers: dict[tuple[str, int], LocalLLMServer] = {}
         self._lock = threading.Lock()
 
-    def get(self, endpoint: LLMEndpoint) -> OpenAILike:
+    def get(self, endpoint: LLMEndpoint) -> EndpointLLM:
         """An LLM for this endpoint; starts the local server when the endpoint is local."""
         if endpoint.is_local:
             api_base = self.local_server(endpoint).start()
@@ -55,7 +86,7 @@ class LLMProvider:
             assert endpoint.api_base is not None
             api_base = endpoint.api_base
             api_key = endpoint.api_key.get_secret_value() if endpoint.api_key else LOCAL_API_KEY
-        return OpenAILike(
+        return EndpointLLM(
             model=endpoint.model,
             api_base=api_base,
             api_key=api_key,
@@ -64,6 +95,8 @@ class LLMProvider:
             is_chat_model=True,
             is_function_calling_model=True,
             timeout=endpoint.effective_timeout_s,
+            connect_timeout=endpoint.connect_timeout_s,
+            read_timeout=endpoint.effective_read_timeout_s,
             max_retries=0,  # the agent retries with backoff and then says clearly what failed
             # A new client per call: every question runs on its own event loop (Engine.ask, the dashboard's
             # threads), and a kept-alive connection from a finished loop fails the next call ("Connection error").

@@ -17,7 +17,10 @@ def build_chunk_store(settings: Settings) -> Any:
     """LanceDB on disk by default; Weaviate when ``store='weaviate'``."""
     if settings.store == "lancedb":
         return LanceDBChunkStore(
-            uri=settings.lancedb_uri, table_name=settings.collection, tenant=settings.tenant or None
+            # "" without a tenant: such a process sees the chunks of no tenant, never every tenant's
+            uri=settings.lancedb_uri,
+            table_name=settings.collection,
+            tenant=settings.tenant or "",
         )
     return build_weaviate_store(settings)
 

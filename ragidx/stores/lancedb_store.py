@@ -84,8 +84,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     refine_factor: int | None = Field(default=5, description="Re-rank factor for the quantized index.")
     tenant: str | None = Field(
         default=None,
-        description="Scope deletes and counts to this tenant's chunks (queries are scoped by the retriever's "
-        "tenant filter); None: every chunk.",
+        description="Scope searches, reads, deletes and counts to this tenant's chunks; '' to the chunks of no "
+        "tenant (what a process without a tenant sees, the settings' default); None: every chunk (tools "
+        "that work on the whole table).",
     )
 
     _db: Any = PrivateAttr(default=None)
@@ -192,7 +193,18 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             raise EmbeddingMismatch.between(f"the index in {self.uri}", stored, dim)
 
     def _tenant_sql(self) -> str | None:
-        return None if self.tenant is None else f"tenant = {sql_literal(self.tenant)}"
+        if self.tenant is None:
+            return None
+        if self.tenant == "":
+            return "(tenant = '' OR tenant IS NULL)"
+        return f"tenant = {sql_literal(self.tenant)}"
+
+    def _scoped(self, where: str | None) -> str | None:
+        """``where`` within this store's tenant."""
+        tenant = self._tenant_sql()
+        if tenant is None:
+            return where
+        return tenant if not where else f"({where}) AND {tenant}"
 
     def count(self) -> int:
         table = self._open()
@@ -225,10 +237,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         table = self._open()
         if table is None or not kb_ids:
             return
-        where = f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})"
-        tenant = self._tenant_sql()
+        where = self._scoped(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
         with self._lock:
-            table.delete(where if tenant is None else f"{where} AND {tenant}")
+            table.delete(where)
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -242,7 +253,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         if filters is not None:
             clauses.append(filters_to_sql(filters))
         if clauses:
-            table.delete(" AND ".join(f"({c})" for c in clauses))
+            table.delete(self._scoped(" AND ".join(f"({c})" for c in clauses)))
 
     def clear(self) -> None:
         with self._lock:
@@ -252,11 +263,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             self._table = None
 
     def kb_ids(self) -> set[str]:
-        """Every kb_id that has chunks in the table."""
+        """Every kb_id that has chunks in the table (of this store's tenant)."""
         table = self._open()
         if table is None:
             return set()
-        return set(table.to_lance().to_table(columns=["kb_id"]).column("kb_id").to_pylist())
+        return set(table.to_lance().to_table(columns=["kb_id"], filter=self._tenant_sql()).column("kb_id").to_pylist())
 
     def finalize(self) -> None:
         """Build or refresh indexes after a batch of writes; compact fragments. Idempotent.
@@ -372,7 +383,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             clauses.append(f"id IN ({', '.join(sql_literal(i) for i in node_ids)})" if node_ids else "false")
         if filters is not None:
             clauses.append(filters_to_sql(filters))
-        where = " AND ".join(f"({c})" for c in clauses) or None
+        where = self._scoped(" AND ".join(f"({c})" for c in clauses) or None)
         query = table.search().select(list(COLUMNS))
         if where:
             query = query.where(where)
@@ -388,7 +399,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         table = self._open()
         if table is None or table.count_rows() == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        where = filters_to_sql(query.filters) if query.filters else None
+        where = self._scoped(filters_to_sql(query.filters) if query.filters else None)
         k = query.hybrid_top_k or query.similarity_top_k
         mode = query.mode
         if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.SPARSE) or (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -76,3 +77,24 @@ def test_async_chat_and_stream(engine: Engine) -> None:
 
     whole, text, sources = asyncio.run(run())
     assert "[1]" in whole.response and "[1]" in text and sources == 2
+
+
+def test_a_dead_endpoint_is_named_by_every_chat_path(tmp_path: Any) -> None:
+    from ragidx.providers.chat import LLMUnavailableError
+    from tests.endpoints import dead_endpoint, engine_on
+
+    async def astreamed(chat_engine: Any) -> str:
+        response = await chat_engine.astream_chat("How do I insert a table?")
+        return "".join([piece async for piece in response.async_response_gen()])
+
+    with engine_on(dead_endpoint(), tmp_path, max_retries=0) as engine:
+        chat = engine.as_chat_engine()
+        attempts = [
+            lambda: chat.chat("How do I insert a table?"),
+            lambda: asyncio.run(chat.achat("How do I insert a table?")),
+            lambda: "".join(chat.stream_chat("How do I insert a table?").response_gen),
+            lambda: asyncio.run(astreamed(chat)),
+        ]
+        for attempt in attempts:
+            with pytest.raises(LLMUnavailableError, match="connection refused"):
+                attempt()

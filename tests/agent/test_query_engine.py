@@ -114,3 +114,24 @@ def test_inside_a_router_query_engine(engine: Engine) -> None:
     assert "[1]" in str(response) and "wrong engine" not in str(response)
     assert len(response.source_nodes) == 2
     assert (response.metadata or {})["selector_result"].selections[0].index == 1
+
+
+def test_a_dead_endpoint_is_named_by_every_query_path(tmp_path: Any) -> None:
+    from ragidx.providers.chat import LLMUnavailableError
+    from tests.endpoints import dead_endpoint, engine_on
+
+    async def astreamed(query_engine: Any) -> str:
+        response = await query_engine.aquery(QUESTION)
+        return "".join([piece async for piece in response.async_response_gen()])
+
+    with engine_on(dead_endpoint(), tmp_path, max_retries=0) as engine:
+        plain, streaming = engine.as_query_engine(), engine.as_query_engine(streaming=True)
+        attempts = [
+            lambda: plain.query(QUESTION),
+            lambda: asyncio.run(plain.aquery(QUESTION)),
+            lambda: "".join(streaming.query(QUESTION).response_gen),
+            lambda: asyncio.run(astreamed(streaming)),
+        ]
+        for attempt in attempts:
+            with pytest.raises(LLMUnavailableError, match="connection refused"):
+                attempt()

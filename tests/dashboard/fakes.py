@@ -78,3 +78,10 @@ def make_engine(settings: Settings) -> Engine:
 def make_minilm_engine(settings: Settings) -> Engine:
     """Real stores, agent and MiniLM embeddings; scripted LLM."""
     return Engine(settings, llm_provider=ScriptedProvider())  # type: ignore[arg-type]
+
+
+def make_endpoint_engine(settings: Settings) -> Engine:
+    """Real stores and agent, hash embeddings, and the real OpenAI-protocol client of the configured endpoint
+    (``RAGIDX_LLM__API_BASE``): for what the page shows when that endpoint fails."""
+    embed = HashEmbedding(dim=256, reads=frozenset({"en"}))
+    return Engine(settings, embed_model=embed)

@@ -11,6 +11,7 @@ from ragidx.dashboard.answers import (
     citation_lines,
     default_call,
     flash_reasons,
+    safe_markdown,
     token_rows,
 )
 
@@ -32,6 +33,65 @@ def test_citation_lines_link_titles_and_escape_brackets() -> None:
         citations=[Citation(1, "a", "Tables [Writer]", "https://kb/a"), Citation(2, "b", "", "")],
     )
     assert citation_lines(answer) == ["[1] [Tables \\[Writer\\]](https://kb/a)", "[2] b (b)"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        " JavaScript:alert(1)",
+        "java\tscript:alert(1)",
+        "data:text/html,<b>x</b>",
+        "file:///etc/passwd",
+        "vbscript:x",
+        "//evil.example/x",
+        "/relative",
+    ],
+)
+def test_a_url_that_is_not_http_is_never_a_link(url: str) -> None:
+    answer = Answer(question="q", text="t [1]", citations=[Citation(1, "k1", "Tables", url)])
+    assert citation_lines(answer) == ["[1] Tables (k1)"]
+
+
+def test_citation_lines_escape_control_characters_and_keep_links_whole() -> None:
+    answer = Answer(
+        question="q",
+        text="t [1] [2]",
+        citations=[
+            Citation(1, "id\x00\u202e", "Report\u202etxt.exe\x1b[2J", "https://kb.example/a b) [x](javascript:y)"),
+            Citation(2, "k2\x1b", "", "javascript:alert(1)"),
+        ],
+    )
+    assert citation_lines(answer) == [
+        "[1] [Report\\u202etxt.exe\\x1b\\[2J](https://kb.example/a%20b%29%20[x]%28javascript:y%29)",
+        "[2] k2\\x1b (k2\\x1b)",
+    ]
+
+
+def test_safe_markdown_keeps_web_links_and_unlinks_the_rest() -> None:
+    text = (
+        "Use [Tables](https://help.example/tables) [1].\n"
+        "Not [this](javascript:alert(document.cookie)) nor ![that](data:image/svg+xml,x) nor <vbscript:x>.\n"
+        "[ref]: javascript:alert(1)\n"
+        "Spoof\u202eexe.txt\x1b[31m"
+    )
+    assert safe_markdown(text).splitlines() == [
+        "Use [Tables](https://help.example/tables) [1].",
+        "Not [this]\\(javascript:alert(document.cookie)) nor ![that]\\(data:image/svg+xml,x) nor \\<vbscript:x>.",
+        "\\[ref]: javascript:alert(1)",
+        "Spoof\\u202eexe.txt\\x1b[31m",
+    ]
+
+
+def test_rows_and_reasons_show_titles_and_ids_escaped() -> None:
+    answer = Answer(
+        question="q",
+        text="t",
+        articles=[_article("k\x00", "T\u202eitle", 0.9, 0.0, flash_reason="why\x1b")],
+    )
+    row = article_rows(answer)[0]
+    assert (row["title"], row["kb_id"], row["flash_reason"]) == ("T\\u202eitle", "k\\x00", "why\\x1b")
+    assert flash_reasons(answer) == [("T\\u202eitle", "why\\x1b")]
 
 
 def test_article_rows_keep_order_ranks_citations_and_flash_reasons() -> None:

@@ -116,6 +116,49 @@ def test_a_window_too_small_shows_the_engines_reason(kb_dir: Path) -> None:
     assert errors and "ContextWindowTooSmallError" in errors[0] and "2048" in errors[0]
 
 
+def test_a_dead_endpoint_shows_its_cause_and_what_to_do(kb_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragidx.dashboard.engines import FACTORY_ENV
+    from tests.endpoints import dead_endpoint
+
+    url = dead_endpoint()
+    monkeypatch.setenv(FACTORY_ENV, "tests.dashboard.fakes:make_endpoint_engine")
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", url)
+    monkeypatch.setenv("RAGIDX_LLM__MAX_RETRIES", "0")
+    at = ask(start(), "How do I create a table of contents?")
+    errors = [e.value for e in at.chat_message[1].error]
+    assert errors and f"at {url} failed 1 time" in errors[0] and "connection refused" in errors[0]
+    assert "RAGIDX_LLM__API_BASE" in errors[0] and "nested async" not in errors[0]
+
+
+def test_titles_ids_and_urls_from_the_kb_cannot_spoof_the_page_or_link_to_script(
+    dashboard_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragidx.article import Article
+    from ragidx.config import Settings
+    from ragidx.safe_text import UNSAFE_CHARACTERS
+    from tests.dashboard.fakes import make_engine
+
+    text = "Set the page margins with Format > Page Style > Page; the margins are measured in centimetres."
+    evil = [
+        Article("evil\x00id", "Page margins\u202etxt.exe\x1b[2J", "javascript:alert(document.cookie)", text),
+        Article(
+            "data-url", "Page margins", "data:text/html,<script>alert(1)</script>", f"How to set page margins. {text}"
+        ),
+    ]
+    with make_engine(Settings(data_dir=dashboard_env)) as engine:
+        assert engine.ingest(evil).new == 2
+    monkeypatch.setenv("RAGIDX_BUDGET_RELEVANCE_FLOOR", "0")  # both articles reach the model, both are cited
+    at = ask(start(), "How do I set page margins?")
+    assistant = at.chat_message[1]
+    shown = [m.value for m in assistant.markdown] + [c.value for c in assistant.caption]
+    sources = next(v for v in shown if v.startswith("**Sources**"))
+    assert "](javascript:" not in sources and "](data:" not in sources  # plain text, never a link
+    assert "Page margins\\u202etxt.exe\\x1b\\[2J (evil\\x00id)" in sources
+    assert not any(UNSAFE_CHARACTERS.search(v.replace("\n", "")) for v in shown)
+    table = assistant.dataframe[0].value
+    assert "Page margins\\u202etxt.exe\\x1b[2J" in list(table["title"]) and "evil\\x00id" in list(table["kb_id"])
+
+
 def test_an_impossible_budget_is_refused_in_the_sidebar(kb_dir: Path) -> None:
     at = start()
     at.sidebar.slider(key="set_trigger").set_value(50)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from typing import Any
 
 import httpx
 import openai
@@ -9,6 +11,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 
 from ragidx.providers.chat import ChatCaller, ContextOverflowError, LLMUnavailableError, capped, to_inline, usage
+from tests.endpoints import SilentServer, dead_endpoint
 from tests.fakes.scripted_llm import ScriptedLLM
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
@@ -87,3 +90,67 @@ def test_capped_sends_its_own_max_tokens_where_a_call_argument_is_ignored() -> N
     assert llm.max_tokens == 512  # the original is not changed
     fake = ScriptedLLM([])
     assert capped(fake, 1) is fake  # no such field: the call's argument counts
+
+
+# --- real loopback endpoints that fail ---------------------------------------------------------------
+def _endpoint_llm(url: str, *, read_timeout: float = 5.0) -> Any:
+    from ragidx.providers.llms import EndpointLLM
+
+    return EndpointLLM(
+        model="m",
+        api_base=url,
+        api_key="-",
+        is_chat_model=True,
+        max_retries=0,
+        reuse_client=False,
+        connect_timeout=2.0,
+        read_timeout=read_timeout,
+    )
+
+
+HI = [ChatMessage(role=MessageRole.USER, content="Hi")]
+
+
+def test_a_dead_port_is_retried_and_reported_with_its_cause_and_what_to_do() -> None:
+    url = dead_endpoint()
+    with pytest.raises(LLMUnavailableError) as info:
+        asyncio.run(ChatCaller(_endpoint_llm(url), retries=2, backoff_s=0.01).achat(HI))
+    message = str(info.value)
+    assert f"'m' at {url} failed 3 times" in message  # refused connections are retried within the window
+    assert "connection refused" in message and "RAGIDX_LLM__API_BASE" in message
+    assert not info.value.timed_out
+    for stream in (False, True):  # the streamed call says the same
+        caller = ChatCaller(_endpoint_llm(url), retries=0)
+        with pytest.raises(LLMUnavailableError, match="failed 1 time in .* connection refused"):
+            asyncio.run(caller.astream(HI, print) if stream else caller.achat(HI))
+
+
+def test_a_silent_endpoint_fails_after_one_read_timeout_however_many_retries() -> None:
+    with SilentServer() as server:
+        caller = ChatCaller(_endpoint_llm(server.url, read_timeout=1.0), retries=3, backoff_s=0.01)
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailableError) as info:
+            asyncio.run(caller.achat(HI))
+        took = time.monotonic() - started
+        assert len(server.accepted) == 1  # no retry started after the read timeout had passed
+    assert 1.0 <= took < 3.0, took  # one read timeout, not four
+    assert info.value.timed_out
+    assert "failed 1 time in" in str(info.value) and "sent no reply within 1 s (read_timeout_s)" in str(info.value)
+    assert "RAGIDX_LLM__READ_TIMEOUT_S" in str(info.value)
+
+
+def test_a_silent_endpoint_times_out_a_streamed_call_too() -> None:
+    with SilentServer() as server:
+        caller = ChatCaller(_endpoint_llm(server.url, read_timeout=1.0), retries=2)
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailableError, match="no reply within 1 s"):
+            asyncio.run(caller.astream(HI, print))
+    assert time.monotonic() - started < 3.0
+
+
+def test_an_explicit_retry_window_overrides_the_llms_read_timeout() -> None:
+    with SilentServer() as server:
+        caller = ChatCaller(_endpoint_llm(server.url, read_timeout=0.5), retries=1, backoff_s=0.0, retry_window_s=60)
+        with pytest.raises(LLMUnavailableError, match="failed 2 times"):
+            asyncio.run(caller.achat(HI))
+        assert len(server.accepted) == 2

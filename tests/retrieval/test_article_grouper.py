@@ -196,3 +196,19 @@ def test_matched_spans_locate_the_best_chunks_in_the_article() -> None:
     text = f"intro {head} middle  part {tail} after"
     assert matched_spans(text, [f"{head} middle part {tail}"]) == [[6, len(text) - len(" after")]]
     assert len(matched_spans(content, ["Intro line."] * 5)[:MAX_SPANS]) == 3
+
+
+def test_chunks_of_another_tenant_are_left_out_and_no_log_line_names_them(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from ragidx.stores.article_store import ArticleStore
+
+    public = ArticleStore(":memory:")  # a process without a tenant
+    public.save_pending([Article("mine", "Mine", "u", "chunk 0 of mine")])
+    theirs = [chunk(f"acme-secret-{i}", 0, 0.9 - i / 100) for i in range(8)]
+    for c in theirs:
+        c.node.metadata["tenant"] = "acme"
+    caplog.set_level(logging.DEBUG, logger="ragidx")
+    out = ArticleGrouper(public).postprocess_nodes([*theirs, chunk("mine", 0, 0.5)])
+    assert [n.node.metadata["kb_id"] for n in out] == ["mine"]
+    assert "left out 8 chunks of other tenants" in caplog.text and "acme" not in caplog.text

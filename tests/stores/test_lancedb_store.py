@@ -223,3 +223,25 @@ def test_a_table_of_an_older_format_gets_its_terms_at_the_next_ingest(tmp_path: 
     assert kb_ids(store.query(query("таблицами", VectorStoreQueryMode.TEXT_SEARCH)))[0] == "ru"
     assert kb_ids(store.query(query("exporting", VectorStoreQueryMode.TEXT_SEARCH)))[0] == "pdf"
     assert {tuple(i.columns) for i in store._open().list_indices()} >= {("terms",), ("kb_id",)}
+
+
+def test_a_store_of_no_tenant_sees_searches_counts_and_deletes_only_tenant_less_chunks(tmp_path: Path) -> None:
+    text = TEXTS["tables"]
+    everyone = LanceDBChunkStore(uri=tmp_path / "db")  # tenant None: the whole table (tools)
+    acme_node = node("tables", text, tenant="acme")
+    acme_node.id_ = chunk_id("tables", 0, "acme")
+    everyone.add([node("tables", text), acme_node, node("charts", TEXTS["charts"])])
+    everyone.finalize()
+    public, acme = (
+        LanceDBChunkStore(uri=tmp_path / "db", tenant=""),
+        LanceDBChunkStore(uri=tmp_path / "db", tenant="acme"),
+    )
+    assert (everyone.count(), public.count(), acme.count()) == (3, 2, 1)
+    for mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+        found = public.query(query("insert a table", mode, k=5))
+        assert {n.metadata.get("tenant") for n in found.nodes} == {None}, mode  # none of acme's
+        assert {n.metadata.get("tenant") for n in acme.query(query("insert a table", mode, k=5)).nodes} == {"acme"}
+    assert public.kb_ids() == {"tables", "charts"} and acme.kb_ids() == {"tables"}
+    assert len(public.get_nodes()) == 2
+    public.delete_articles(["tables"])  # its own "tables", not acme's
+    assert (public.count(), acme.count()) == (1, 1)

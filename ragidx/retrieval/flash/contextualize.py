@@ -17,12 +17,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.llms.llm import LLM
 
 from ragidx.providers.chat import ChatCaller
 from ragidx.retrieval.flash.prompts import defuse
+from ragidx.sync_call import run_sync
 
 __all__ = ["CONTEXTUALIZE_SYSTEM_PROMPT", "ContextualizedQuery", "QueryContextualizer"]
 
@@ -113,7 +113,7 @@ class QueryContextualizer:
 
     def contextualize(self, message: str, conversation: Sequence[ChatMessage | str] = ()) -> ContextualizedQuery:
         """Synchronous ``acontextualize``."""
-        return asyncio_run(self.acontextualize(message, conversation))
+        return run_sync(self.acontextualize(message, conversation))
 
 
 def _clean(reply: str) -> str:

@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -27,6 +26,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from ragidx.providers.playback import PlaybackLLM
 from ragidx.retrieval.flash.reranker import FlashReranker, FlashResult
 from ragidx.retrieval.flash.trace import FlashTrace, TraceResponse
+from ragidx.sync_call import run_sync
 
 __all__ = ["ReplayExhaustedError", "ReplayLLM", "ReplayedAPIError", "areplay", "replay"]
 
@@ -123,4 +123,4 @@ async def areplay(trace: FlashTrace, reranker_factory: RerankerFactory | None = 
 
 def replay(trace: FlashTrace, reranker_factory: RerankerFactory | None = None) -> FlashResult:
     """Synchronous ``areplay``."""
-    return asyncio_run(areplay(trace, reranker_factory))
+    return run_sync(areplay(trace, reranker_factory))

@@ -37,7 +37,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
@@ -77,6 +76,7 @@ from ragidx.retrieval.flash.trace import (
     TraceToolCall,
     TraceTurn,
 )
+from ragidx.sync_call import run_sync
 
 __all__ = ["FLASH_METADATA_KEYS", "FlashReranker", "FlashResult", "FlashSelection"]
 
@@ -270,7 +270,7 @@ class FlashReranker(BaseNodePostprocessor):
         today: dt.date | None = None,
     ) -> FlashResult:
         """Rerank ``nodes`` for ``query``; see ``arerank_detailed``."""
-        return asyncio_run(
+        return run_sync(
             self.arerank_detailed(query, nodes, conversation=conversation, user_facts=user_facts, today=today)
         )
 
