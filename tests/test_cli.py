@@ -192,16 +192,6 @@ def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
     assert stats["article_store"].startswith("postgresql+psycopg://postgres:***@127.0.0.1:")
 
 
-def test_streamed_answers_show_characters_not_html_entities() -> None:
-    """The model copies entities from the articles' JSON (&#34;); an entity split across pieces is held back."""
-    from ragidx.cli import _EntityUnescaper
-
-    shown = _EntityUnescaper()
-    pieces = ["Select &#3", "4;Table&#34; and R&", "D, then Tools &gt", "; Options"]
-    assert "".join(shown.feed(p) for p in pieces) + shown.flush() == 'Select "Table" and R&D, then Tools > Options'
-    assert shown.feed("end &am") + shown.flush() == "end &am"  # an unfinished entity at the end is kept as written
-
-
 def test_tune_prints_one_json_line_and_stores_the_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.retrieval.helpers import KB
 
