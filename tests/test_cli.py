@@ -221,6 +221,12 @@ class _StreamingEngine:
     def __init__(self, pieces: list[str], answer: Any, titles: tuple[str, ...] = ()) -> None:
         self.pieces, self.answer, self.titles = pieces, answer, titles
 
+    def stream_filter(self) -> Any:
+        from ragidx.agent.guards import GuardChain
+        from ragidx.agent.workflow import prompt_title
+
+        return GuardChain.from_profile("small-model", title=prompt_title).stream_filter()  # the local model's
+
     def stream_ask(self, question: str, *, progress: bool) -> Any:
         from ragidx.agent.answer import Progress
 
