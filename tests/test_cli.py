@@ -266,3 +266,35 @@ def test_a_source_list_the_model_copies_after_its_answer_is_not_printed(capsys: 
     answer = Answer(question="q", text="Source code is in [1].", citations=[Citation(1, "t", "Tables", "")])
     _stream_answer(_StreamingEngine(["Sou", "rce code is in [1]."], answer), "q", progress=False)
     assert capsys.readouterr().out == "Source code is in [1].\n"
+
+
+def test_ask_json_shows_the_guard_profile_and_what_fired(
+    scripted_kb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = "Choose Insert - Table of Contents and Index [1]; unlike Notion or Confluence, it updates itself."
+    monkeypatch.setattr("tests.dashboard.fakes.cite_sources", lambda messages, call: reply)
+    question = "How do I create a table of contents?"
+    # the local model: every guard; two product names no article writes set the reply aside
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert local["guard_profile"]["profile"] == "small-model" and "ungrounded_names" in local["guard_profile"]["guards"]
+    assert local["not_found"] and [g["name"] for g in local["guards"]] == ["ungrounded_names"]
+    assert "Notion, Confluence" in local["guards"][0]["reason"]
+    # an OpenAI-compatible endpoint (scripted here): the endpoint profile keeps the right answer and its citation
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("RAGIDX_LLM__TOOL_MODE", "forced")  # the scripted model plans as the local one does
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert remote["guard_profile"] == {
+        "profile": "endpoint",
+        "guards": ["model_not_found"],
+        "enabled": [],
+        "disabled": [],
+    }
+    assert not remote["not_found"] and remote["guards"] == [] and remote["text"] == reply
+    assert remote["citations"][0]["number"] == 1
+    # a per-rule override on top of the profile
+    monkeypatch.setenv("RAGIDX_LLM__GUARDS_ENABLE", '["ungrounded_names"]')
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    enabled = json.loads(capsys.readouterr().out)
+    assert enabled["guard_profile"]["enabled"] == ["ungrounded_names"] and enabled["not_found"]
