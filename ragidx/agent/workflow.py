@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
 from ragidx.agent.citations import resolve_citations
 from ragidx.agent.guards import Fired, GateInput, GuardChain
-from ragidx.agent.guards.gates import ANSWER_CHECK, CHECK_TOKENS, RELEVANCE_GATES
+from ragidx.agent.guards.gates import ANSWER_CHECK, RELEVANCE_GATES, check_log_odds, check_options
 from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget import ContextBudget, Fit, Renderer
 from ragidx.budget.messages import call_id, message_text, tool_results, with_results
@@ -808,44 +808,6 @@ def _articles_as_text(result: SearchResult, numbers: dict[str, int]) -> str:
     if result.error:
         parts.append(f"Search error: {result.error}")
     return "\n\n".join(parts) or "No articles found."
-
-
-def check_options(margin: float) -> dict[str, Any]:
-    """The answer check's request options for llama.cpp's server: one token, greedy, YES or NO (both +100), YES
-    ``margin`` less. ``max_tokens`` goes in the body: LlamaIndex's ``OpenAI`` puts its own ``max_tokens`` over a
-    call's, and the two lifted tokens never end a reply, so the server would write them until that limit. The
-    token's ``logprobs`` are asked for too (:func:`check_log_odds`)."""
-    yes, no = CHECK_TOKENS
-    return {
-        "temperature": 0.0,
-        "logit_bias": {yes: 100.0 - margin, no: 100.0},
-        "extra_body": {
-            "logit_bias_type": "tokens",
-            "max_tokens": 1,
-            "logprobs": True,
-            "top_logprobs": CHECK_TOP_LOGPROBS,
-        },
-    }
-
-
-CHECK_TOP_LOGPROBS = 20
-"""Alternatives asked for with the check's token: YES and NO are nearly always among them."""
-
-
-def check_log_odds(response: ChatResponse) -> float | None:
-    """The check's log P(YES) - log P(NO) before the bias, from the reply's ``logprobs`` (ragidx's local server
-    reports the model's own; None when the server sent none or either token is not among them)."""
-    first = (response.logprobs or [[]])[0]
-    odds = []
-    for token in CHECK_TOKENS:
-        # the very token the bias lifts, else the likeliest other spelling of it (with a leading space, say)
-        spelled = [lp.logprob for lp in first if lp.token == token] or [
-            lp.logprob for lp in first if lp.token.strip() == token
-        ]
-        if not spelled:
-            return None
-        odds.append(max(spelled))
-    return odds[0] - odds[1]
 
 
 def _call_name(tools: Sequence[Any] | None) -> str:

@@ -13,13 +13,13 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, LogProb,
 from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
+from ragidx.agent.guards.gates import check_log_odds
 from ragidx.agent.workflow import (
     AnswerDeltaEvent,
     LLMRequestError,
     LLMUnavailableError,
     RagAgent,
     answer_language,
-    check_log_odds,
     fence,
     follow_up_query,
     prompt_title,

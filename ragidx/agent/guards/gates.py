@@ -1,6 +1,7 @@
 """Gates before the answer: reasons not to ask the model at all, said to the user as the answer's
 ``not_found_reason``. A question none of whose words the articles shown write, or naming something no article
-found mentions, cannot be answered from them; a small model asked anyway improvises.
+found mentions, cannot be answered from them; a small model asked anyway improvises. The answer check asks the model itself, in one token on the answer's
+prompt (:func:`check_options` for llama.cpp's server, read by :func:`check_log_odds`).
 
 Example:
     >>> MissingIdentifiers().check(GateInput("default of io_method?", [], [{"content": "work_mem: 4MB"}]))
@@ -13,11 +14,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index.core.base.llms.types import ChatResponse
+
 from ragidx.agent.citations import content_words, shown_text
 from ragidx.agent.guards.base import GateInput
 
 CHECK_TOKENS = ("YES", "NO")
-"""The answer check's two replies (``ragidx.agent.workflow.check_options`` lifts both)."""
+"""The answer check's two replies (:func:`check_options` lifts both)."""
 RELEVANCE_GATES = ("shares_terms", "missing_identifiers")
 """The gates that judge the articles found before any model call (``RagAgent(relevance_gate=False)`` skips them)."""
 ANSWER_CHECK = "answer_check"
@@ -96,3 +99,41 @@ class AnswerCheck:
         odds, margin = inp.check_log_odds, inp.check_margin
         figures = "" if odds is None or margin is None else f" (log-odds {odds:+.2f} < margin {margin:+.2f})"
         return f"the model judged that the articles shown do not answer the question{figures}"
+
+
+def check_options(margin: float) -> dict[str, Any]:
+    """The answer check's request options for llama.cpp's server: one token, greedy, YES or NO (both +100), YES
+    ``margin`` less. ``max_tokens`` goes in the body: LlamaIndex's ``OpenAI`` puts its own ``max_tokens`` over a
+    call's, and the two lifted tokens never end a reply, so the server would write them until that limit. The
+    token's ``logprobs`` are asked for too (:func:`check_log_odds`)."""
+    yes, no = CHECK_TOKENS
+    return {
+        "temperature": 0.0,
+        "logit_bias": {yes: 100.0 - margin, no: 100.0},
+        "extra_body": {
+            "logit_bias_type": "tokens",
+            "max_tokens": 1,
+            "logprobs": True,
+            "top_logprobs": CHECK_TOP_LOGPROBS,
+        },
+    }
+
+
+CHECK_TOP_LOGPROBS = 20
+"""Alternatives asked for with the check's token: YES and NO are nearly always among them."""
+
+
+def check_log_odds(response: ChatResponse) -> float | None:
+    """The check's log P(YES) - log P(NO) before the bias, from the reply's ``logprobs`` (ragidx's local server
+    reports the model's own; None when the server sent none or either token is not among them)."""
+    first = (response.logprobs or [[]])[0]
+    odds = []
+    for token in CHECK_TOKENS:
+        # the very token the bias lifts, else the likeliest other spelling of it (with a leading space, say)
+        spelled = [lp.logprob for lp in first if lp.token == token] or [
+            lp.logprob for lp in first if lp.token.strip() == token
+        ]
+        if not spelled:
+            return None
+        odds.append(max(spelled))
+    return odds[0] - odds[1]
