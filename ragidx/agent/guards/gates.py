@@ -1,7 +1,8 @@
 """Gates before the answer: reasons not to ask the model at all, said to the user as the answer's
 ``not_found_reason``. A question none of whose words the articles shown write, or naming something no article
-found mentions, cannot be answered from them; a small model asked anyway improvises. The answer check asks the model itself, in one token on the answer's
-prompt (:func:`check_options` for llama.cpp's server, read by :func:`check_log_odds`).
+found mentions, cannot be answered from them; a small model asked anyway improvises. The answer check asks the
+model itself, in one token on the answer's prompt (:func:`check_options` for llama.cpp's server, read by
+:func:`check_log_odds`).
 
 Example:
     >>> MissingIdentifiers().check(GateInput("default of io_method?", [], [{"content": "work_mem: 4MB"}]))
