@@ -468,6 +468,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]
         ),
         "misses": dict(Counter(str(r["miss"]) for r in answerable if r.get("miss"))),
     }
+    if any("guards" in r for r in rows):  # ragidx's own rows: its guard profile, and how often each guard fired
+        summary["guard_profile"] = next((r.get("guard_profile") for r in rows if r.get("guard_profile")), None)
+        summary["guards_fired"] = dict(Counter(g["name"] for r in rows for g in r.get("guards") or []))
     if kinds:
         summary["by_kind"] = {
             kind: {

@@ -61,7 +61,9 @@ class GuardResult:
 
 
 class AnswerGuard(Protocol):
-    """A rule applied to the model's reply (see the module docstring)."""
+    """A rule applied to the model's reply (see the module docstring). A guard whose "not found" is the model's
+    own verdict sets ``tells_user = False``: its reason is recorded, the answer's ``not_found_reason`` stays None.
+    """
 
     name: str
 
