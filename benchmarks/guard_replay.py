@@ -20,8 +20,9 @@ Article texts come from ``--kb`` files (JSONL: id, title, url, text). The gates 
         --kb ../shared/data/kb/postgresql15.jsonl --kb ../shared/data/kb/libreoffice_en.jsonl \\
         --kb ../shared/data/kb/libreoffice_ru.jsonl [--details lost.jsonl]
 
-Prints ONE JSON line: per input, per profile and per rule, ``answers``, ``not_found``, ``value_lost``,
-``citation_lost`` and ``lost`` (answers with any of the three), and per profile how often each guard fired.
+Prints ONE JSON line: per input (and for ``all`` inputs together when there are several), per profile and per
+rule, ``answers``, ``not_found``, ``value_lost``, ``citation_lost`` and ``lost`` (answers with any of the three),
+and per profile how often each guard fired; ``value_in_reply``: the answers whose reply holds a gold form.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, answers in inputs.items():
         out["inputs"][name] = {**measure(answers, details), **({"skipped": skipped[name]} if name in skipped else {})}
     every = [a for answers in inputs.values() for a in answers]
-    out["all"] = measure(every) if len(inputs) > 1 else out["inputs"][next(iter(inputs))]
+    if len(inputs) > 1:
+        out["all"] = measure(every)
     if args.details and details is not None:
         args.details.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in details), encoding="utf-8")
     print(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
