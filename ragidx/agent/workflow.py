@@ -429,10 +429,8 @@ class RagAgent(Workflow):
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
             turn.gate_reason = self._gate(turn, sources, retrieved)
-            if turn.gate_reason is None:
-                reply = await self._answer_check(turn, fit)
-                if reply is not None:
-                    turn.gate_reason = self._gate(turn, sources, retrieved, check_reply=reply)
+            if turn.gate_reason is None and (reply := await self._answer_check(turn, fit)) is not None:
+                turn.gate_reason = self._gate(turn, sources, retrieved, reply)
             if turn.gate_reason is not None:
                 logger.info("not asking the model for an answer: %s", turn.gate_reason)
                 return None, sources
@@ -620,32 +618,17 @@ class RagAgent(Workflow):
         turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
 
-    def _gate(
-        self,
-        turn: _Turn,
-        sources: list[dict[str, Any]],
-        retrieved: list[dict[str, Any]],
-        *,
-        check_reply: str | None = None,
-    ) -> str | None:
-        """Why the model is not asked at all (said to the user as the answer's ``not_found_reason``), or None:
-        the profile's gates before the answer check, or with ``check_reply``, the check's own gate."""
+    def _gate(self, turn: _Turn, sources: Articles, retrieved: Articles, check_reply: str | None = None) -> str | None:
+        """Why the model is not asked at all (the answer's ``not_found_reason``), or None: the profile's gates on
+        the articles, or with ``check_reply`` its answer check's."""
         if not sources:
             return "no article found was relevant enough to show the model"
-        inp = GateInput(
-            turn.searched or turn.question,  # a follow-up's words may all be in the question before it
-            sources,
-            retrieved,
-            check_reply=check_reply,
-            check_log_odds=turn.check_log_odds,
-            check_margin=self.answer_check,
-        )
-        relevance = RELEVANCE_GATES if self.relevance_gate else ()
-        fired = self.guards.gate(inp, only=(ANSWER_CHECK,) if check_reply is not None else relevance)
-        if fired is None:
-            return None
-        turn.fired.append(fired)
-        return fired.reason
+        asked = turn.searched or turn.question  # a follow-up's words may all be in the question before it
+        inp = GateInput(asked, sources, retrieved, check_reply, turn.check_log_odds, self.answer_check)
+        only = (ANSWER_CHECK,) if check_reply is not None else RELEVANCE_GATES if self.relevance_gate else ()
+        if (fired := self.guards.gate(inp, only=only)) is not None:
+            turn.fired.append(fired)
+        return fired.reason if fired else None
 
     async def _answer_check(self, turn: _Turn, fit: Fit) -> str | None:
         """The answer check: whether the model rates YES, "the articles shown answer the question", likelier
@@ -767,6 +750,8 @@ class RagAgent(Workflow):
 
 
 # --- helpers -------------------------------------------------------------------------------------------
+Articles = list[dict[str, Any]]
+"""Articles as the tool's JSON writes them (the answer's ``articles``)."""
 Instruction = str | Callable[[Sequence[Article]], str] | None
 """A step's closing instruction, or a function of the articles the prompt shows (the answer's sources)."""
 
