@@ -19,7 +19,6 @@ Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import logging
 import os
@@ -132,160 +131,43 @@ def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
 
     streamed = ""
     answer: Any = None
-    shown, talk, held = _EntityUnescaper(), _TalkHold(), _EchoHold()
+    shown = engine.stream_filter()  # the guard profile's clean-ups, as the text comes
     for item in engine.stream_ask(question, progress=True):
         if isinstance(item, Progress):
             if item.stage == "prompt":
-                talk.titles = item.articles  # a closing sentence that only names them is held back too
+                shown.show(item.articles)  # a closing sentence that only names them is held back too
             if progress:
                 print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
             streamed += item
-            print(talk.feed(held.feed(shown.feed(item))), end="", flush=True)
+            print(_screen(shown.feed(item)), end="", flush=True)
         else:
             answer = item
-    print(talk.feed(held.feed(shown.flush()) + held.flush(answer.articles)) + talk.flush(), end="")
+    print(_screen(shown.finish(answer.articles)), end="")
     if answer.not_found or not streamed.strip():
         # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant), or
         # the reply on screen was set aside (say why, since it was already printed)
         if streamed.strip() and answer.not_found_reason:
-            print(f"\n\nThis reply is not an answer from the knowledge base: {answer.not_found_reason}.")
+            print(_screen(f"\n\nThis reply is not an answer from the knowledge base: {answer.not_found_reason}."))
         elif progress and answer.not_found_reason:  # the model was not asked: why, beside the progress lines
-            print(f"· not answered: {answer.not_found_reason}", file=sys.stderr, flush=True)
-        print(("\n" if streamed.strip() else "") + answer.text, end="")
-    elif _markers(talk.printed) != _markers(answer.text):
+            print(f"· not answered: {printable(answer.not_found_reason)}", file=sys.stderr, flush=True)
+        print(("\n" if streamed.strip() else "") + _screen(answer.text), end="")
+    elif _markers(shown.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
         # the text already on screen numbers its sources differently from the list below it
-        print(f"\n\nWith its citations checked against the articles shown:\n{answer.text}", end="")
+        print(f"\n\nWith its citations checked against the articles shown:\n{_screen(answer.text)}", end="")
     print()
     return answer
 
 
+def _screen(text: str) -> str:
+    """Answer text as the terminal shows it: lines kept, control and bidi characters (which a model may copy
+    from an article) escaped."""
+    return printable(text, keep_newlines=True)
+
+
 def _markers(text: str) -> list[str]:
     return re.findall(r"\[\d{1,3}\]", text)
-
-
-class _Hold:
-    """Text streamed so far and how much of it is on screen: a hold prints up to where it may still change."""
-
-    def __init__(self) -> None:
-        self._text = ""
-        self._shown = 0
-
-    @property
-    def printed(self) -> str:
-        """What is on screen so far."""
-        return self._text[: self._shown]
-
-    def _emit(self, end: int) -> str:
-        end = max(end, self._shown)
-        out, self._shown = self._text[self._shown : end], end
-        return out
-
-
-class _EchoHold(_Hold):
-    r"""Holds back, while the answer streams, a line that may open a copy of the prompt's source list
-    ("Sources:" and what follows), and at the end prints it only if it was not one: the CLI prints ragidx's own
-    list below the answer (``strip_echoed_sources`` decides, as it does for the answer's text).
-
-    Example:
-        >>> h = _EchoHold()
-        >>> h.feed("Use Table [1].\n\nSou") + h.feed("rces:\n[1] Tables") + h.flush([{"title": "Tables"}])
-        'Use Table [1].'
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._hold_at: int | None = None
-
-    def feed(self, piece: str) -> str:
-        from ragidx.agent.workflow import SOURCES_HEADING, SOURCES_WORDS
-
-        self._text += piece
-        if self._hold_at is None:
-            line_start = self._text.rfind("\n") + 1
-            heading = SOURCES_HEADING.search(self._text, self._shown, line_start)
-            if heading is not None:
-                self._hold_at = len(self._text[: heading.start()].rstrip())  # with the blank lines before it
-            else:
-                line = self._text[line_start:].strip().lstrip("*").casefold()
-                openings = (f"{word}:" for word in SOURCES_WORDS)
-                could_open = bool(line) and any(o.startswith(line) or line.startswith(o) for o in openings)
-                # trailing blank lines wait for the next words: they may come before a copied list
-                return self._emit(len((self._text[:line_start] if could_open else self._text).rstrip()))
-        return self._emit(self._hold_at)
-
-    def flush(self, sources: Any) -> str:
-        from ragidx.agent.workflow import strip_echoed_sources
-
-        kept = strip_echoed_sources(self._text, sources)
-        return self._emit(len(kept) if len(kept) < len(self._text) else len(self._text))
-
-
-class _TalkHold(_Hold):
-    """Holds back, while the answer streams, closing sentences that may only say where the answer was found
-    ("This information is found in article [1]."): the answer drops them and moves their markers onto the
-    statement before (``strip_source_talk``), so at the end only those markers are printed in their place.
-
-    Example:
-        >>> h = _TalkHold()
-        >>> h.feed("It is 4MB. This infor") + h.feed("mation is in article [1].") + h.flush()
-        'It is 4MB. [1]'
-        >>> h = _TalkHold()
-        >>> h.feed("It is 4MB. This tel") + h.feed("ls Calc to wait.") + h.flush()
-        'It is 4MB. This tells Calc to wait.'
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.titles: tuple[str, ...] = ()  # of the articles the model was shown
-
-    def feed(self, piece: str) -> str:
-        from ragidx.agent.citations import source_talk_units
-
-        self._text += piece
-        start, _ = source_talk_units(self._text, titles=self.titles)
-        return self._emit(len(self._text[:start].rstrip()) if start < len(self._text) else start)
-
-    def flush(self) -> str:
-        from ragidx.agent.citations import source_talk_units
-        from ragidx.sentences import split_units
-
-        start, markers = source_talk_units(self._text, finished=True, titles=self.titles)
-        if start < len(self._text):
-            shown = self._text[: self._shown]
-            last = ([""] + [u.text for u in split_units(shown)])[-1]
-            new = "".join(m for m in markers if m not in last)  # the printed stop stays where it is
-            self._text = shown + (f" {new}" if new else "")
-        return self._emit(len(self._text))
-
-
-class _EntityUnescaper:
-    """The model writes HTML entities (``&#34;`` for a quote): the local server's chat template shows it every
-    article that way (``ragidx.providers.llama_server``), and scraped articles hold some. Show the characters.
-    An entity split across two pieces of the stream is held back until it is complete.
-
-    Example:
-        >>> u = _EntityUnescaper()
-        >>> u.feed("Select &#3") + u.feed("4;Table&#34; &gt") + u.feed("> Insert") + u.flush()
-        'Select "Table" >> Insert'
-    """
-
-    def __init__(self) -> None:
-        self._pending = ""
-
-    def feed(self, piece: str) -> str:
-        text = self._pending + piece
-        amp = text.rfind("&")
-        if amp >= 0 and ";" not in text[amp:] and len(text) - amp <= 10 and not text[amp + 1 :].count(" "):
-            self._pending, text = text[amp:], text[:amp]
-        else:
-            self._pending = ""
-        return html.unescape(text)
-
-    def flush(self) -> str:
-        text, self._pending = self._pending, ""
-        return html.unescape(text)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

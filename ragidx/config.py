@@ -166,7 +166,7 @@ class LLMEndpoint(BaseModel):
         description="Before answering, ask the model in one token whether the articles shown answer the "
         "question (on the answer's cached prompt: ~0.3 s more to the first answer token) and answer 'not found' "
         "unless YES wins by answer_check_margin. Needs a llama.cpp server (logit_bias over token strings). "
-        "None: on for the local model, off for endpoints.",
+        "None: on when the guard profile has the answer_check gate (small-model: the local model's default).",
     )
     answer_check_margin: float = Field(
         default=LOCAL_ANSWER_CHECK_MARGIN,
@@ -174,14 +174,51 @@ class LLMEndpoint(BaseModel):
         "(README, 'Unanswerable questions').",
     )
 
+    guards: Literal["auto", "small-model", "endpoint", "off"] = Field(
+        default="auto",
+        description="Which answer guards judge this model's replies (ragidx.agent.guards): 'small-model' runs "
+        "every gate and guard (built for the local model: echoed prompts, values stated from memory, source "
+        "talk), 'endpoint' only the model's own 'not found' (strong models write right answers with context "
+        "the articles do not), 'off' none; [n] markers are validated under every profile. 'auto': "
+        "'small-model' for the local model, 'endpoint' for OpenAI-compatible endpoints.",
+    )
+    guards_enable: list[str] = Field(
+        default_factory=list, description="Guards to run on top of the profile, by name (e.g. ['entities'])."
+    )
+    guards_disable: list[str] = Field(
+        default_factory=list, description="Guards of the profile not to run, by name (e.g. ['ungrounded_names'])."
+    )
+
+    @model_validator(mode="after")
+    def _known_guards(self) -> LLMEndpoint:
+        from ragidx.agent.guards.chain import profile_names
+
+        profile_names(self.effective_guards, self.guards_enable, self.guards_disable)  # a clear error on a typo
+        return self
+
     @property
     def is_local(self) -> bool:
         return self.api_base is None
 
     @property
+    def effective_guards(self) -> Literal["small-model", "endpoint", "off"]:
+        """The guard profile: ``guards``, with ``auto`` resolved by the model (local or endpoint)."""
+        if self.guards != "auto":
+            return self.guards
+        return "small-model" if self.is_local else "endpoint"
+
+    @property
+    def guard_names(self) -> tuple[str, ...]:
+        """The gates and guards this model's answers run (the profile with the overrides), in run order."""
+        from ragidx.agent.guards.chain import profile_names
+
+        return profile_names(self.effective_guards, self.guards_enable, self.guards_disable)
+
+    @property
     def effective_answer_check(self) -> float | None:
-        """The answer check's margin, or None when there is no check."""
-        enabled = self.is_local if self.answer_check is None else self.answer_check
+        """The answer check's margin, or None when there is no check: ``answer_check`` when set, else whether
+        the guard profile has the ``answer_check`` gate (the local model's does)."""
+        enabled = "answer_check" in self.guard_names if self.answer_check is None else self.answer_check
         return self.answer_check_margin if enabled else None
 
     @property

@@ -105,6 +105,7 @@ class Engine:
         self._flash_metrics: Any | None = None
         self._agent: Any | None = None
         self._memory: Any | None = None
+        self._guards: Any | None = None
         self._lock = threading.Lock()
 
     # --- parts, built on first use ----------------------------------------------------------------
@@ -353,7 +354,24 @@ class Engine:
             deadline=deadline,
             max_prompt_tokens=s.llm.max_prompt_tokens,
             answer_check=self.llm_provider.answer_check(s.llm),
+            guards=self.guards,
         )
+
+    @property
+    def guards(self) -> Any:
+        """The answer guard chain of the configured model's profile (``[llm] guards``; see ``ragidx.agent.guards``)."""
+        if self._guards is None:
+            from ragidx.agent.guards import GuardChain
+            from ragidx.agent.workflow import prompt_title
+
+            llm = self.settings.llm
+            self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
+        return self._guards
+
+    def stream_filter(self) -> Any:
+        """A fresh :class:`ragidx.agent.guards.StreamFilter` for one streamed answer: the profile's clean-ups of
+        the text as it is written (what ``ragidx ask`` and the dashboard show)."""
+        return self.guards.stream_filter()
 
     @property
     def memory(self) -> Any:

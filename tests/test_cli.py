@@ -192,16 +192,6 @@ def test_migrate_articles_then_the_shared_store_re_embeds_nothing(
     assert stats["article_store"].startswith("postgresql+psycopg://postgres:***@127.0.0.1:")
 
 
-def test_streamed_answers_show_characters_not_html_entities() -> None:
-    """The model copies entities from the articles' JSON (&#34;); an entity split across pieces is held back."""
-    from ragidx.cli import _EntityUnescaper
-
-    shown = _EntityUnescaper()
-    pieces = ["Select &#3", "4;Table&#34; and R&", "D, then Tools &gt", "; Options"]
-    assert "".join(shown.feed(p) for p in pieces) + shown.flush() == 'Select "Table" and R&D, then Tools > Options'
-    assert shown.feed("end &am") + shown.flush() == "end &am"  # an unfinished entity at the end is kept as written
-
-
 def test_tune_prints_one_json_line_and_stores_the_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.retrieval.helpers import KB
 
@@ -230,6 +220,12 @@ class _StreamingEngine:
 
     def __init__(self, pieces: list[str], answer: Any, titles: tuple[str, ...] = ()) -> None:
         self.pieces, self.answer, self.titles = pieces, answer, titles
+
+    def stream_filter(self) -> Any:
+        from ragidx.agent.guards import GuardChain
+        from ragidx.agent.workflow import prompt_title
+
+        return GuardChain.from_profile("small-model", title=prompt_title).stream_filter()  # the local model's
 
     def stream_ask(self, question: str, *, progress: bool) -> Any:
         from ragidx.agent.answer import Progress
@@ -393,3 +389,35 @@ def test_a_process_without_a_tenant_sees_only_tenant_less_data(
     assert acme_stats["chunks"] >= 8 and stats["chunks"] < acme_stats["chunks"]  # chunks are counted per tenant too
     assert main(["--data-dir", data, "search", "page margins", "--json"]) == 0
     assert all(r["kb_id"].startswith("acme-secret-") for r in json.loads(capsys.readouterr().out))
+
+
+def test_ask_json_shows_the_guard_profile_and_what_fired(
+    scripted_kb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = "Choose Insert - Table of Contents and Index [1]; unlike Notion or Confluence, it updates itself."
+    monkeypatch.setattr("tests.dashboard.fakes.cite_sources", lambda messages, call: reply)
+    question = "How do I create a table of contents?"
+    # the local model: every guard; two product names no article writes set the reply aside
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert local["guard_profile"]["profile"] == "small-model" and "ungrounded_names" in local["guard_profile"]["guards"]
+    assert local["not_found"] and [g["name"] for g in local["guards"]] == ["ungrounded_names"]
+    assert "Notion, Confluence" in local["guards"][0]["reason"]
+    # an OpenAI-compatible endpoint (scripted here): the endpoint profile keeps the right answer and its citation
+    monkeypatch.setenv("RAGIDX_LLM__API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("RAGIDX_LLM__TOOL_MODE", "forced")  # the scripted model plans as the local one does
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert remote["guard_profile"] == {
+        "profile": "endpoint",
+        "guards": ["model_not_found"],
+        "enabled": [],
+        "disabled": [],
+    }
+    assert not remote["not_found"] and remote["guards"] == [] and remote["text"] == reply
+    assert remote["citations"][0]["number"] == 1
+    # a per-rule override on top of the profile
+    monkeypatch.setenv("RAGIDX_LLM__GUARDS_ENABLE", '["ungrounded_names"]')
+    assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
+    enabled = json.loads(capsys.readouterr().out)
+    assert enabled["guard_profile"]["enabled"] == ["ungrounded_names"] and enabled["not_found"]

@@ -91,6 +91,10 @@ class Answer:
         answer_check: the answer check's log-odds that the articles shown answer the question (log P(YES) -
             log P(NO) of the model's one-token reply; it asked for the answer when they reached the margin,
             ``[llm] answer_check_margin``); None when no check ran or the server reported no log-probabilities.
+        guards: the guards and gates of the answer's guard profile that fired, in order, each
+            ``{"name", "reason"}`` (a gate that kept the model from being asked, a reply set aside, a clean-up).
+        guard_profile: the resolved guard profile: ``profile`` (``small-model``, ``endpoint``, ``off``), the
+            ``guards`` it ran, and those ``enabled`` / ``disabled`` on top of it by overrides.
         citation_method: ``markers`` (the model wrote [n]), ``overlap`` (attributed by shared words
             because the model wrote none), or ``none``.
         queries: every retrieval query run, in order. ``tool_errors``: failures the agent saw.
@@ -117,6 +121,8 @@ class Answer:
     model_text: str = ""  # the model's own reply, before citation clean-up or a not-found verdict
     not_found_reason: str | None = None
     answer_check: float | None = None
+    guards: list[dict[str, str]] = field(default_factory=list)
+    guard_profile: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -16,14 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
-from ragidx.sentences import split_units
 from ragidx.terms import terms
 
-_ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
-_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
-_ASKING = frozenset({"explain", "tell", "describe", "like", "would", "could", "also"})
+MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+ASKING = frozenset({"explain", "tell", "describe", "like", "would", "could", "also"})
 """Words of a request, not of its topic (beside the stop words of ``ragidx.terms``)."""
-_CITING = frozenset(
+CITING = frozenset(
     {
         "information", "found", "find", "article", "articles", "source", "sources", "provide", "provides",
         "provided", "detailed", "details", "instructions", "mentioned", "according", "listed", "cited", "see",
@@ -36,23 +34,8 @@ _CITING = frozenset(
 nothing about which source holds the statement, so the marker check leaves them out."""
 
 
-def _words(text: str) -> set[str]:
-    return set(terms(text, extra_stop_words=_ASKING))
-
-
-def restore_entities(text: str, sources: Sequence[dict[str, Any]]) -> str:
-    """``text`` with the HTML entities a model wrote for plain characters (``&gt;`` for ``>``) turned
-    back into them; an entity that the articles shown also write (say, a page about HTML) is kept.
-
-    Example:
-        >>> restore_entities("Click the &gt;&gt; button.", [{"content": "Click the >> button."}])
-        'Click the >> button.'
-    """
-    found = set(_ENTITY.findall(text))
-    if not found:
-        return text
-    kept = {e for e in found if any(e in str(s.get("content") or "") for s in sources)}
-    return _ENTITY.sub(lambda m: m.group(0) if m.group(0) in kept else html.unescape(m.group(0)), text)
+def content_words(text: str) -> set[str]:
+    return set(terms(text, extra_stop_words=ASKING))
 
 
 def resolve_citations(
@@ -71,12 +54,12 @@ def resolve_citations(
         numbers = [int(n) for n in re.split(r"\s*,\s*", match.group(1))]
         return "".join(f"[{n}]" for n in numbers if 1 <= n <= len(sources))
 
-    cleaned = _MARKER.sub(keep_valid, text)
-    if _MARKER.search(cleaned):
+    cleaned = MARKER.sub(keep_valid, text)
+    if MARKER.search(cleaned):
         cleaned = check_markers(cleaned, sources, question=question)
-        cited = list(dict.fromkeys(int(m.group(1)) for m in _MARKER.finditer(cleaned)))
+        cited = list(dict.fromkeys(int(m.group(1)) for m in MARKER.finditer(cleaned)))
         return cleaned, [_citation(n, sources[n - 1]) for n in cited], "markers"
-    answer_words = _words(cleaned)
+    answer_words = content_words(cleaned)
     if not answer_words or not sources:
         return cleaned, [], "none"
     shares = _shares(answer_words, [_source_words(s) for s in sources])
@@ -91,7 +74,7 @@ def resolve_citations(
 
 
 def _source_words(source: dict[str, Any]) -> set[str]:
-    return _words(f"{source.get('title', '')} {source.get('content', '')}")
+    return content_words(f"{source.get('title', '')} {source.get('content', '')}")
 
 
 def _shares(claim: set[str], source_words: Sequence[set[str]]) -> list[float]:
@@ -137,12 +120,12 @@ def check_markers(
         'It is 128MB. This is found in articles [2].'
     """
     source_words = [_source_words(s) for s in sources]
-    source_texts = [_shown_text([s], "") for s in sources]
-    asked = _words(question)
+    source_texts = [shown_text([s], "") for s in sources]
+    asked = content_words(question)
     asked_values = set(_values(question))
 
     def new_words(span: str) -> set[str]:
-        return set(terms(span, extra_stop_words=_ASKING | _CITING)) - asked
+        return set(terms(span, extra_stop_words=ASKING | CITING)) - asked
 
     out: list[str] = []
     start = 0
@@ -186,13 +169,16 @@ def _rest_of_sentence(text: str, group: re.Match[str]) -> str:
     return " " + rest.group(0) if rest and re.search(r"\w", rest.group(0)) else ""
 
 
+# "1. Open the Tools menu" / "2) Click New": a list's own numbering, not a value the answer states.
+LIST_NUMBER = re.compile(r"^([ \t]*(?:[-*][ \t]*)?)\d{1,2}[.)](?=[ \t])", re.M)
+
 # A value a statement asserts: a number with what is stuck to it ("1min", "2kB", "-1", "8.0.2") or an escape
-# such as "\\N". A numbered list's "1." is not one (see ``_LIST_NUMBER``).
+# such as "\\N". A numbered list's "1." is not one (see ``LIST_NUMBER``).
 _VALUE = re.compile(r"(?<![\w.\\-])(?:-?\d[\w.,:/%-]*\w|-?\d|\\[A-Za-z]\w*)")
 
 
 def _values(text: str) -> list[str]:
-    plain = _LIST_NUMBER.sub(r"\1", html.unescape(text))
+    plain = LIST_NUMBER.sub(r"\1", html.unescape(text))
     return list(dict.fromkeys(v.rstrip(".,").lower() for v in _VALUE.findall(plain)))
 
 
@@ -219,270 +205,6 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
     )
 
 
-def _shown_text(sources: Sequence[dict[str, Any]], question: str) -> str:
+def shown_text(sources: Sequence[dict[str, Any]], question: str) -> str:
     """The titles and texts of the articles shown, then the question: what an answer may take values from."""
     return " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question
-
-
-# Names a question can mention that a knowledge base either has or has not: snake_case and dotted names
-# (``io_method``, ``pg_stat_io``, ``postgresql.conf``), command-line flags (``--incremental``), camelCase and
-# ALL-CAPS terms (``HNSW``). Plain words are not (documentation paraphrases them), nor capitalized names
-# such as PostgreSQL or LibreOffice: a product's own pages rarely repeat its name.
-_IDENTIFIER = re.compile(
-    r"(?<![\w-])(--?[A-Za-z][\w-]+|[A-Za-z]\w*(?:[_.][A-Za-z0-9]\w*)+|[a-z]+[A-Z]\w*|[A-Z]{3,}\d*)(?!\w)"
-)
-
-
-def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> list[str]:
-    """The names in ``question`` (see ``_IDENTIFIER``) that no source writes, case-insensitively.
-
-    A question about ``io_method`` over articles that never write ``io_method`` cannot be answered from
-    them; a small model asked anyway invents a value ("the default of io_method is 1").
-
-    Example:
-        >>> missing_identifiers("What is the default of io_method and work_mem?", [{"content": "work_mem: 4MB"}])
-        ['io_method']
-    """
-    names = dict.fromkeys(m.strip(".") for m in _IDENTIFIER.findall(question))
-    text = _shown_text(sources, "").lower()
-    return [n for n in names if n and n.lower() not in text]
-
-
-_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
-# "1. Open the Tools menu" / "2) Click New": a list's own numbering, not a value the answer states.
-_LIST_NUMBER = re.compile(r"^([ \t]*(?:[-*][ \t]*)?)\d{1,2}[.)](?=[ \t])", re.M)
-
-
-# Where the model says it read something: "found in article [2] at line 108", "в статье [1] на странице 6". Its
-# number points into a source (and is often made up); it is no value the answer states.
-_LOCATOR = re.compile(
-    r"(?i)((?:\[\d{1,3}\]|\barticles?\b|\bsources?\b|\bстать\w*|\bисточник\w*)[^.!?\n]{0,30}?"
-    r"\b(?:at|on|in|на|в)\s+(?:line|page|paragraph|строке|странице|абзаце)\s+)\d+"
-)
-
-
-def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
-    """The numbers an answer states when **none** of them occurs in the sources or the question, else ``[]``.
-
-    Such an answer was not read from the articles: asked for "the maximum number of rows in a Calc sheet"
-    over articles that never give it, a small model writes "65,536" from memory. One number the articles
-    do write is enough to trust the rest (conversions, counts). ``[n]`` markers, a numbered list's "1.", the
-    digits of an HTML entity a model wrote (``&#34;``) and where the model says it read something ("article
-    [2] at line 108": the local model added that to a right PostgreSQL answer) are not numbers it states.
-
-    Example:
-        >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
-        ['65536']
-        >>> ungrounded_numbers("128MB, that is 131072 kB [1].", [{"content": "default 128MB"}])
-        []
-        >>> ungrounded_numbers("1. Choose Help - About.\\n2. Read the version [1].", [{"content": "Help - About"}])
-        []
-        >>> ungrounded_numbers("It is WARNING, as article [2] says at line 108.", [{"content": "WARNING"}])
-        []
-    """
-    plain = _LIST_NUMBER.sub(r"\1", _MARKER.sub(" ", _LOCATOR.sub(r"\1", html.unescape(answer))))
-    stated = dict.fromkeys(n.replace(",", "") for n in _NUMBER.findall(plain))
-    if not stated:
-        return []
-    seen = _shown_text(sources, question)
-    known = {n.replace(",", "") for n in _NUMBER.findall(seen)}
-    return [] if any(n in known for n in stated) else list(stated)
-
-
-# Words of a sentence that only says where its answer came from ("This can be confirmed by citing article [1].",
-# "The source for this information is [2].", "Sources: [1]"), beside ``_CITING`` and ``_ASKING``.
-_TALK = _CITING | _ASKING | frozenset(
-    {
-        "confirm", "confirmed", "seen", "cite", "citing", "taken", "derived", "based", "shown", "section", "line",
-        "more", "further", "additional", "topic", "подробнее", "дополнительная", "теме",
-        "paragraph", "result", "results", "search", "это", "эта", "этой", "этом", "данная", "данной", "можно",
-        "найти", "найдена", "находится", "подтверждается", "взята", "взято", "разделе", "строке", "странице", "абзаце",
-        "результатах", "поиска",
-    }
-)  # fmt: skip
-_NAMES_SOURCE = re.compile(r"\[\d{1,3}\]|\b(?:articles?|sources?)\b|\bстать|\bисточник", re.I)
-
-
-def strip_source_talk(text: str, titles: Sequence[str] = ()) -> str:
-    """``text`` without the sentences that only say where the answer was found ("This information is found in
-    article [1].", "This can be found in article [2] at line 108.", "Sources: [1]", or with ``titles``, those of the
-    articles shown: 'This is in article [1] on "Saving Documents".'), their markers moved onto the sentence before
-    them. A small model adds such a sentence to about one answer in ten; it says nothing, and the place it names
-    ("at line 108", "on page 6") is usually made up. A sentence with any other word ("According to article [1],
-    the default is 4MB.") stays, as does such a sentence when nothing comes before it.
-
-    Example:
-        >>> strip_source_talk("Choose Insert - Table. This information is found in article [2].")
-        'Choose Insert - Table [2].'
-        >>> strip_source_talk("It is 4MB [1]. The source for this information is [1] at line 12.")
-        'It is 4MB [1].'
-        >>> strip_source_talk("According to article [1], the default is 4MB.")
-        'According to article [1], the default is 4MB.'
-        >>> strip_source_talk('It is .BAK. This is in article [1] on "Saving Documents".', ["Saving Documents"])
-        'It is .BAK [1].'
-    """
-    units = split_units(text)
-    talking = _talk_words(titles)
-    talk = [i for i, u in enumerate(units) if i > 0 and _only_source_talk(u.text, talking)]
-    if not talk:
-        return text
-    pieces, pos = [], 0
-    for i in talk:
-        pieces.append(text[pos : units[i - 1].end])  # "" when the sentence before was talk too
-        pos = units[i].end
-        markers = [f"[{m}]" for m in _MARKER.findall(units[i].text)]
-        if markers:  # onto the last sentence kept (the first sentence never is talk)
-            last = max(n for n, piece in enumerate(pieces) if piece.strip())
-            pieces[last] = with_markers(pieces[last], markers)
-    pieces.append(text[pos:])
-    return "".join(pieces)
-
-
-def _talk_words(titles: Sequence[str]) -> frozenset[str]:
-    return _TALK.union(w for title in titles for w in re.findall(r"\w+", title.lower())) if titles else _TALK
-
-
-def _only_source_talk(sentence: str, talking: frozenset[str] = _TALK) -> bool:
-    """Whether ``sentence`` names a source and has no word beside ``talking`` ones (those that talk about sources)."""
-    return bool(_NAMES_SOURCE.search(sentence)) and _talk_words_only(sentence, talking, complete=True)
-
-
-def source_talk_units(text: str, *, finished: bool = False, titles: Sequence[str] = ()) -> tuple[int, list[str]]:
-    """Where the sentences at the end of a reply that is still being written may turn out to be source talk
-    (:func:`strip_source_talk` would drop them), and their markers: ``(len(text), [])`` when they cannot. Unless
-    the reply is ``finished``, its last sentence may be too: its words so far must all be ones that talk about
-    sources, its last word may be cut. A streaming reader holds that tail back (``ragidx ask``).
-
-    Example:
-        >>> source_talk_units("It is 4MB. This information is fou")
-        (11, [])
-        >>> source_talk_units("It is 4MB. This information is found in article [1].")
-        (11, ['[1]'])
-        >>> source_talk_units("It is 4MB. This tells Calc")
-        (26, [])
-    """
-    units = split_units(text)
-    talking = _talk_words(titles)
-    start = len(text)
-    for i in range(len(units) - 1, 0, -1):
-        last = i == len(units) - 1
-        whole = finished or not last or bool(re.search(r"[.!?…]\s*$", text))
-        sentence = units[i].text
-        if not (_only_source_talk(sentence, talking) if whole else _talk_words_only(sentence, talking, complete=False)):
-            break
-        start = units[i].start
-    return start, [f"[{m}]" for m in dict.fromkeys(_MARKER.findall(text[start:]))]
-
-
-def _talk_words_only(sentence: str, talking: frozenset[str], *, complete: bool) -> bool:
-    """Whether every word of ``sentence`` (numbers where it says where it read something aside) talks about
-    sources; with ``complete=False`` its last word may be cut and is not judged."""
-    plain = _MARKER.sub(" ", _LOCATOR.sub(r"\1", sentence))
-    found = [w for w in re.findall(r"\w+", plain.lower()) if not w.isdigit()]
-    if not complete and found and re.search(r"\w$", plain):
-        found = found[:-1]
-    if not found:
-        return not complete
-    return not terms(" ".join(found), extra_stop_words=talking)
-
-
-def with_markers(kept: str, markers: Sequence[str]) -> str:
-    """``kept`` with those of ``markers`` its last sentence does not have, before that sentence's closing stop.
-
-    Example:
-        >>> with_markers("It is 4MB [2].", ["[1]", "[2]"])
-        'It is 4MB [2] [1].'
-    """
-    units = split_units(kept)
-    last = units[-1].text if units else ""
-    new = [m for m in dict.fromkeys(markers) if m not in last]
-    if not new:
-        return kept
-    body = kept.rstrip()
-    stop = len(body) if body.endswith("]") else len(body.rstrip(".!?…"))
-    return body[:stop] + " " + "".join(new) + body[stop:] + kept[len(body) :]
-
-
-_MODIFIER = r"(?:commandctrl|optionalt|ctrl|control|command|cmd|option|alt|altgr|shift|fn)"
-_KEY = r"(?:f\d{1,2}|enter|return|tab|space|spacebar|esc|escape|backspace|del|delete|ins|insert|home|end|[a-z0-9])"
-# "Ctrl+Shift+Enter", "Command + Option + V", "CommandCtrl+F12": a modifier, then "+" and keys.
-_SHORTCUT = re.compile(rf"(?i)(?<![\w+]){_MODIFIER}(?:\s*\+\s*(?:{_MODIFIER}|{_KEY}))+(?![\w+])")
-
-
-def ungrounded_shortcuts(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
-    """The key combinations an answer states when **none** of them is written in the sources or the question
-    (spaces aside, case-insensitively), else ``[]``: a help centre's values are its shortcuts as much as its
-    numbers. Asked which shortcut starts voice dictation, over pages that list other shortcuts, a small model
-    answers "Command + Option + V".
-
-    Example:
-        >>> ungrounded_shortcuts("Press Command + Option + V [1].", [{"content": "Command+Option+F10 docks it."}])
-        ['Command + Option + V']
-        >>> ungrounded_shortcuts("Press Command + Shift + F10 [1].", [{"content": "CommandCtrl+Shift+F10 docks."}])
-        []
-    """
-    stated = list(dict.fromkeys(m.group(0) for m in _SHORTCUT.finditer(answer)))
-    if not stated:
-        return []
-    seen = _keys(_shown_text(sources, question))
-    return [] if any(_keys(k) in seen for k in stated) else stated
-
-
-_PLATFORM_KEYS = (
-    (re.compile(r"commandctrl|command|cmd|control|ctrl"), "ctrl"),
-    (re.compile(r"optionalt|option|alt"), "alt"),
-)
-
-
-def _keys(text: str) -> str:
-    """``text`` lower-cased without spaces, with each platform's name of a modifier made one: LibreOffice's
-    help writes "CommandCtrl+Shift+F10" for what a model may write "Command + Shift + F10" or "Ctrl+Shift+F10"."""
-    text = re.sub(r"\s+", "", text.lower())
-    for names, key in _PLATFORM_KEYS:
-        text = names.sub(key, text)
-    return text
-
-
-# A capitalized name inside a sentence (after a lower-case word or a comma): "Google Sheets", "Excel".
-_NAME = re.compile(r"(?<=[a-zа-яё,;:] )([A-Z][A-Za-z]{2,}(?:\s+[A-Z][A-Za-z]+)*)")
-
-
-def ungrounded_names(
-    answer: str, sources: Sequence[dict[str, Any]], question: str = "", *, min_names: int = 2
-) -> list[str]:
-    """The names an answer writes inside its sentences that neither the sources nor the question write, when
-    there are at least ``min_names`` of them, else ``[]``.
-
-    Asked how to co-edit a sheet in real time through the cloud, over help pages that never mention it, a small
-    model recommends "Google Sheets", "Microsoft Excel", "Tableau" and "Snowflake" from memory. One such name
-    is not enough: a right answer may compare with a product the articles do not name ("unlike Excel").
-
-    Example:
-        >>> ungrounded_names("Use Google Sheets, or try Microsoft Excel.", [{"content": "Share a document."}])
-        ['Google Sheets', 'Microsoft Excel']
-        >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [{"content": "Choose Data - Filter."}])
-        []
-        >>> ungrounded_names("Open it in Microsoft Excel, then save it in Excel.", [{"content": "Save a file."}])
-        []
-    """
-    seen = _shown_text(sources, question).lower()
-    found = dict.fromkeys(
-        name
-        for name in _NAME.findall(html.unescape(answer))
-        if name.lower() not in seen and all(word.lower() not in seen for word in name.split())
-    )
-    # "Excel" after "Microsoft Excel" is the same name
-    names = [n for n in found if not any(n != other and n in other.split() for other in found)]
-    return names if len(names) >= min_names else []
-
-
-def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
-    """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
-
-    A question none of whose words occur in the retrieved articles cannot be answered from them;
-    the agent then says so instead of letting a small model improvise.
-    """
-    words = _words(question)
-    if not words:
-        return True
-    return any(words & _words(f"{s.get('title', '')} {s.get('content', '')}") for s in sources)

@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import logging
 import re
 import threading
@@ -44,23 +43,16 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 from pydantic import BaseModel, Field
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
-from ragidx.agent.citations import (
-    missing_identifiers,
-    resolve_citations,
-    restore_entities,
-    shares_terms,
-    strip_source_talk,
-    ungrounded_names,
-    ungrounded_numbers,
-    ungrounded_shortcuts,
-)
+from ragidx.agent.citations import resolve_citations
+from ragidx.agent.guards import Fired, GateInput, GuardChain
+from ragidx.agent.guards.gates import ANSWER_CHECK, RELEVANCE_GATES, check_log_odds, check_options
 from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget import ContextBudget, Fit, Renderer
 from ragidx.budget.messages import call_id, message_text, tool_results, with_results
@@ -106,33 +98,10 @@ CHECK_PROMPT = (
     "Question: {question}\n\nDo the search results above contain the answer to this question? Reply with one "
     "word: YES or NO."
 )
-CHECK_TOKENS = ("YES", "NO")
 PLAN_PROMPT = (
     "Before searching, plan. Call plan_searches with 1 to 3 short search queries that together cover every "
     "part of the question above (one query per part; reuse the question's own words)."
 )
-# The model's "no answer" signal: a reply that opens with NOT_FOUND / "not found", or whose first sentence
-# says the articles do not answer. Small models also append a stray NOT_FOUND after a real answer: that token
-# is dropped and the answer kept.
-_NOT_FOUND_START = re.compile(r"^\W*(?:NOT_FOUND|(?i:not found)\b)")
-_SAYS_NOT_ANSWERED = re.compile(
-    r"(?i)\b(?:(?:do|does|did)(?: not|n't) (?:contain|mention|provide|include|specify|say|state|cover|answer|"
-    r"discuss|give|describe)|(?:is|are) not (?:mentioned|specified|provided|given|stated|covered)|"
-    r"no (?:information|mention|details)|(?:cannot|can't|could not) (?:be found|be determined|find|determine|answer))"
-    r"|(?:не (?:содерж|упомина|указ|привод|говор|сказан)|нет (?:информации|сведений|данных|ответа))"
-)
-_FIRST_SENTENCE = re.compile(r"^.*?(?:[.!?](?:\s|$)|\n|$)", re.S)
-_NOT_FOUND_TOKEN = re.compile(r"\s*\bNOT_FOUND\b[.!]?")
-
-
-def split_not_found(text: str) -> tuple[bool, str]:
-    """(the model said it found nothing, the reply without stray NOT_FOUND tokens)."""
-    stripped = text.strip()
-    first = _FIRST_SENTENCE.match(stripped)
-    if _NOT_FOUND_START.match(stripped) or (first and _SAYS_NOT_ANSWERED.search(first.group(0))):
-        return True, ""
-    cleaned = _NOT_FOUND_TOKEN.sub("", stripped).strip()
-    return not cleaned, cleaned
 
 
 class PlanSearches(BaseModel):
@@ -222,6 +191,7 @@ class _Turn:
     prompt_read: bool = False  # the answer's articles are in the server's cache already (the check read them)
     history: list[ChatMessage] = field(default_factory=list)  # the session's conversation before this question
     searched: str = ""  # the question as searched: with the question before it when it is a follow-up
+    fired: list[Fired] = field(default_factory=list)  # the guards and gates that fired, in order
 
 
 class DecideEvent(Event):
@@ -276,16 +246,19 @@ class RagAgent(Workflow):
             for the answer when the budget says the material cannot fit usefully.
         memory: per-session conversation store.
         retries / backoff_s: retries of a failing endpoint (exponential backoff), then a clear error.
-        relevance_gate: answer "not found" without asking the model when no retrieved article shares a
-            single content word with the question, or when the question names something (``io_method``,
-            ``--incremental``, ``HNSW``) that no retrieved article mentions.
+        relevance_gate: run the guard profile's gates before the answer (``shares_terms``: no article shown
+            shares a content word with the question; ``missing_identifiers``: the question names something such
+            as ``io_method`` or ``--incremental`` that no retrieved article mentions); False: skip them.
         plan: forced mode only: ``always`` asks the model for extra search queries before searching (one
             short LLM call), ``never`` searches the question alone and goes straight to the answer.
         deadline: an answer-time target; its prompt-token cap is enforced by the budget as a tighter window.
         max_prompt_tokens: a fixed prompt-token cap, enforced the same way (the tighter cap wins).
         answer_check: before the answer, ask the model (one token, on the answer's cached articles) whether
             the articles shown answer the question; answer "not found" unless YES is likelier than NO by this
-            many log-odds. Needs llama.cpp's server (``logit_bias`` by token string); None: no check.
+            many log-odds, when the guard profile has the ``answer_check`` gate. Needs llama.cpp's server
+            (``logit_bias`` by token string); None: no check.
+        guards: the guard profile's chain (:class:`ragidx.agent.guards.GuardChain`) that judges the reply and
+            runs the gates; default: ``small-model`` (every rule).
 
     Example:
         >>> RagAgent(llm, tool, ContextBudget(), context_window=8192).tool_mode   # doctest: +SKIP
@@ -316,6 +289,7 @@ class RagAgent(Workflow):
         deadline: AnswerDeadline | None = None,
         max_prompt_tokens: int | None = None,
         answer_check: float | None = None,
+        guards: GuardChain | None = None,
         timeout: float | None = 1800.0,
     ) -> None:
         super().__init__(timeout=timeout)
@@ -342,6 +316,7 @@ class RagAgent(Workflow):
         self.deadline = deadline
         self.max_prompt_tokens = max_prompt_tokens
         self.answer_check = answer_check
+        self.guards = guards or GuardChain.from_profile("small-model", title=prompt_title)
         self._learned_shrink: dict[str, int] = {}
 
     # --- steps ---------------------------------------------------------------------------------------
@@ -454,10 +429,8 @@ class RagAgent(Workflow):
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
             turn.gate_reason = self._gate(turn, sources, retrieved)
-            if turn.gate_reason is None and not await self._articles_answer(turn, fit):
-                odds, margin = turn.check_log_odds, self.answer_check
-                figures = "" if odds is None or margin is None else f" (log-odds {odds:+.2f} < margin {margin:+.2f})"
-                turn.gate_reason = f"the model judged that the articles shown do not answer the question{figures}"
+            if turn.gate_reason is None and (reply := await self._answer_check(turn, fit)) is not None:
+                turn.gate_reason = self._gate(turn, sources, retrieved, reply)
             if turn.gate_reason is not None:
                 logger.info("not asking the model for an answer: %s", turn.gate_reason)
                 return None, sources
@@ -471,14 +444,11 @@ class RagAgent(Workflow):
                 result=self._finish(turn, NOT_FOUND_TEXT, sources, not_found=True, reason=turn.gate_reason)
             )
         turn.messages = [*turn.messages, ChatMessage(role=MessageRole.ASSISTANT, content=text)]
-        not_found, cleaned = split_not_found(text)
-        cleaned = strip_echoed_sources(cleaned, sources)
-        reason = None if not_found else _not_an_answer(cleaned, sources, turn.question)
-        if reason is not None:
-            logger.info("%s: answering not found", reason)
-            not_found = True
-        titles = [prompt_title(str(s.get("title") or "")) for s in sources]
-        answer = self._finish(turn, strip_source_talk(cleaned, titles), sources, not_found=not_found, reason=reason)
+        verdict = self.guards.review(turn.question, text, sources)
+        turn.fired.extend(verdict.fired)
+        if verdict.reason is not None:
+            logger.info("%s: answering not found", verdict.reason)
+        answer = self._finish(turn, verdict.text, sources, not_found=verdict.not_found, reason=verdict.reason)
         answer.model_text = text
         return StopEvent(result=answer)
 
@@ -648,31 +618,28 @@ class RagAgent(Workflow):
         turn.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
 
-    def _gate(self, turn: _Turn, sources: list[dict[str, Any]], retrieved: list[dict[str, Any]]) -> str | None:
-        """Why the model is not asked at all (said to the user as the answer's ``not_found_reason``), or None."""
+    def _gate(self, turn: _Turn, sources: Articles, retrieved: Articles, check_reply: str | None = None) -> str | None:
+        """Why the model is not asked at all (the answer's ``not_found_reason``), or None: the profile's gates on
+        the articles, or with ``check_reply`` its answer check's."""
         if not sources:
             return "no article found was relevant enough to show the model"
-        if not self.relevance_gate:
-            return None
         asked = turn.searched or turn.question  # a follow-up's words may all be in the question before it
-        if not shares_terms(asked, sources):
-            return "no article shown shares a word with the question"
-        missing = missing_identifiers(asked, retrieved)
-        if missing:
-            return f"no article found mentions {', '.join(missing)}"
-        return None
+        inp = GateInput(asked, sources, retrieved, check_reply, turn.check_log_odds, self.answer_check)
+        only = (ANSWER_CHECK,) if check_reply is not None else RELEVANCE_GATES if self.relevance_gate else ()
+        if (fired := self.guards.gate(inp, only=only)) is not None:
+            turn.fired.append(fired)
+        return fired.reason if fired else None
 
-    async def _articles_answer(self, turn: _Turn, fit: Fit) -> bool:
+    async def _answer_check(self, turn: _Turn, fit: Fit) -> str | None:
         """The answer check: whether the model rates YES, "the articles shown answer the question", likelier
         than NO by ``answer_check`` log-odds. One token on the answer's prompt with the check in place of the
         answer instruction (shorter, so it fits wherever the answer's prompt fits); the server reuses the
         articles' cache for it and again for the answer. Both tokens get +100, so the reply is one of them,
         and YES ``-answer_check`` more: greedy decoding then picks YES exactly when its log-odds over NO reach
-        the margin. Without a check (or with the fallback model), or when the server refuses the call, the model
-        answers."""
-        if self.answer_check is None or turn.llm is not self.llm:
-            return True
-        no = CHECK_TOKENS[1]
+        the margin. Returns the model's reply for the profile's ``answer_check`` gate to judge; None (the model
+        answers) without a check (or with the fallback model), or when the server refuses the call."""
+        if self.answer_check is None or not self.guards.answer_check or turn.llm is not self.llm:
+            return None
         messages = [
             *fit.messages[:-1],
             ChatMessage(role=MessageRole.USER, content=CHECK_PROMPT.format(question=turn.question)),
@@ -682,7 +649,7 @@ class RagAgent(Workflow):
             response = await self._caller(turn).achat(messages, **check_options(self.answer_check))
         except LLMRequestError as exc:  # e.g. a server that refuses logit_bias; a dead one fails the answer too
             logger.warning("the answer check failed (%s); asking for the answer anyway", exc)
-            return True
+            return None
         finally:
             turn.timings["answer_check"] = time.perf_counter() - t0
             turn.timings["llm"] += turn.timings["answer_check"]
@@ -698,8 +665,7 @@ class RagAgent(Workflow):
                 read -= count(fit.messages[0].content or "")
             seconds = turn.timings["answer_check"]
             self.deadline.observe(prompt_tokens=read, ttft_s=seconds, completion_tokens=0, total_s=seconds)
-        reply = (response.message.content or "").strip().upper()
-        return not reply.startswith(no)
+        return (response.message.content or "").strip()
 
     async def _stream_answer(self, ctx: Context, turn: _Turn, fit: Fit) -> str:
         _record(turn, fit)
@@ -736,7 +702,6 @@ class RagAgent(Workflow):
         if not_found:
             text, citations, method = NOT_FOUND_TEXT, [], "none"
         else:
-            text = restore_entities(text, sources)
             text, citations, method = resolve_citations(text, sources, question=turn.question)
         if turn.session_id is not None and self.tool_mode == "forced":
             # questions and answers only: the next turn shows the questions and searches afresh
@@ -779,10 +744,14 @@ class RagAgent(Workflow):
             },
             not_found_reason=reason,
             answer_check=turn.check_log_odds,
+            guards=[f.as_dict() for f in turn.fired],
+            guard_profile=self.guards.describe(),
         )
 
 
 # --- helpers -------------------------------------------------------------------------------------------
+Articles = list[dict[str, Any]]
+"""Articles as the tool's JSON writes them (the answer's ``articles``)."""
 Instruction = str | Callable[[Sequence[Article]], str] | None
 """A step's closing instruction, or a function of the articles the prompt shows (the answer's sources)."""
 
@@ -824,44 +793,6 @@ def _articles_as_text(result: SearchResult, numbers: dict[str, int]) -> str:
     if result.error:
         parts.append(f"Search error: {result.error}")
     return "\n\n".join(parts) or "No articles found."
-
-
-def check_options(margin: float) -> dict[str, Any]:
-    """The answer check's request options for llama.cpp's server: one token, greedy, YES or NO (both +100), YES
-    ``margin`` less. ``max_tokens`` goes in the body: LlamaIndex's ``OpenAI`` puts its own ``max_tokens`` over a
-    call's, and the two lifted tokens never end a reply, so the server would write them until that limit. The
-    token's ``logprobs`` are asked for too (:func:`check_log_odds`)."""
-    yes, no = CHECK_TOKENS
-    return {
-        "temperature": 0.0,
-        "logit_bias": {yes: 100.0 - margin, no: 100.0},
-        "extra_body": {
-            "logit_bias_type": "tokens",
-            "max_tokens": 1,
-            "logprobs": True,
-            "top_logprobs": CHECK_TOP_LOGPROBS,
-        },
-    }
-
-
-CHECK_TOP_LOGPROBS = 20
-"""Alternatives asked for with the check's token: YES and NO are nearly always among them."""
-
-
-def check_log_odds(response: ChatResponse) -> float | None:
-    """The check's log P(YES) - log P(NO) before the bias, from the reply's ``logprobs`` (ragidx's local server
-    reports the model's own; None when the server sent none or either token is not among them)."""
-    first = (response.logprobs or [[]])[0]
-    odds = []
-    for token in CHECK_TOKENS:
-        # the very token the bias lifts, else the likeliest other spelling of it (with a leading space, say)
-        spelled = [lp.logprob for lp in first if lp.token == token] or [
-            lp.logprob for lp in first if lp.token.strip() == token
-        ]
-        if not spelled:
-            return None
-        odds.append(max(spelled))
-    return odds[0] - odds[1]
 
 
 def _call_name(tools: Sequence[Any] | None) -> str:
@@ -934,72 +865,6 @@ def _questions(history: Sequence[ChatMessage]) -> list[str]:
 
 def _source_lines(sources: Sequence[Article]) -> str:
     return "\n".join(f"[{i}] {prompt_title(a.title or a.kb_id)}" for i, a in enumerate(sources, start=1))
-
-
-# A list item of an echoed source list: "[1] Tables", "[2] [Retrieved Context]", "Sources:".
-_LIST_MARKERS = re.compile(r"^(?:[-*]\s*)?(?:\[\d+\]\s*)+")
-_PLACEHOLDER = re.compile(r"^(?:\[[^\]]*\]|\(?[^\w\s]*\)?|sources?:?)$", re.I)
-
-
-def _not_an_answer(text: str, sources: Sequence[dict[str, Any]], question: str) -> str | None:
-    """Why a reply is not an answer read from the articles shown, or None when it is one."""
-    if _echoes_sources(text, sources):
-        return "the model only repeated the list of articles"
-    if _copies_articles(text, sources):
-        return "the model copied the articles as the prompt shows them instead of answering"
-    # Values (numbers, shortcuts) and names the articles shown never write were not read from them.
-    invented = (
-        ungrounded_numbers(text, sources, question)
-        or ungrounded_shortcuts(text, sources, question)
-        or ungrounded_names(text, sources, question)
-    )
-    return f"the model's reply states {', '.join(invented)}, which no article shown writes" if invented else None
-
-
-def _shown_titles(sources: Sequence[dict[str, Any]]) -> set[str]:
-    """The shown articles' titles as the prompt's source list writes them, case-folded."""
-    return {prompt_title(str(a.get("title") or a.get("kb_id"))).casefold() for a in sources}
-
-
-def _echoes_sources(text: str, sources: Sequence[dict[str, Any]]) -> bool:
-    """Whether a reply only repeats the source list ("[1] Tables\n[2] Charts", or "[1] [Retrieved Context]"
-    lines): a small model's way of having nothing to say about an off-topic question."""
-    titles = _shown_titles(sources)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines or not any(_LIST_MARKERS.match(line) for line in lines):
-        return False
-    items = [_LIST_MARKERS.sub("", line).strip().rstrip(".").casefold() for line in lines]
-    return all(item in titles or _PLACEHOLDER.match(item) for item in items)
-
-
-def _copies_articles(text: str, sources: Sequence[dict[str, Any]]) -> bool:
-    """Whether a reply copies an article as the prompt lays it out ("[1] Tables" then a ``<article>`` line):
-    a small model continuing its prompt over articles that do not answer the question, not an answer."""
-    titles = _shown_titles(sources)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return any(
-        _LIST_MARKERS.match(line) is not None
-        and _LIST_MARKERS.sub("", line).strip().casefold() in titles
-        and html.unescape(following).casefold() == "<article>"  # the reply may still write "&lt;article&gt;"
-        for line, following in zip(lines, lines[1:], strict=False)
-    )
-
-
-SOURCES_WORDS = ("sources", "source", "источники")
-"""Words that head a copied source list: "Sources:", "**Sources:**", "Источники:" alone on a line."""
-SOURCES_HEADING = re.compile(
-    rf"^[ \t]*(?:\*\*)?(?:{'|'.join(SOURCES_WORDS)})(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M
-)
-
-
-def strip_echoed_sources(text: str, sources: Sequence[dict[str, Any]]) -> str:
-    """``text`` without a trailing copy of the prompt's source list ("…\n\nSources:\n[2] Tables\n[3] Charts"),
-    which small models append after their answer; the list below the answer is ragidx's own."""
-    for heading in reversed(list(SOURCES_HEADING.finditer(text))):
-        body, listed = text[: heading.start()].rstrip(), text[heading.end() :]
-        if body and _echoes_sources(listed, sources):
-            return body
-    return text
 
 
 def _answer_prompt(question: str, sources: Sequence[Article]) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragidx.agent.answer import Answer, Progress
+from ragidx.agent.guards import StreamFilter
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
 from ragidx.safe_text import printable, web_url
@@ -28,6 +29,7 @@ __all__ = [
     "default_call",
     "flash_reasons",
     "safe_markdown",
+    "guard_caption",
     "token_rows",
 ]
 
@@ -196,7 +198,9 @@ class AnswerStream:
     """Split ``Engine.stream_ask`` output into its text pieces, its progress and the final ``Answer``.
 
     ``on_progress`` is called with each :class:`~ragidx.agent.answer.Progress` item (a search ran, a
-    prompt goes to the model) as it arrives.
+    prompt goes to the model) as it arrives. With ``shown`` (``Engine.stream_filter()``), the pieces are what the
+    guard profile's stream filter lets through: the text as the finished answer will read, held back where it
+    may still change.
 
     Example:
         >>> s = AnswerStream(iter(["Hel", "lo", Answer(question="q", text="Hello")]))
@@ -204,23 +208,55 @@ class AnswerStream:
         ('Hello', 'Hello')
     """
 
-    def __init__(self, items: Iterable[Any], on_progress: Callable[[Progress], None] | None = None) -> None:
+    def __init__(
+        self,
+        items: Iterable[Any],
+        on_progress: Callable[[Progress], None] | None = None,
+        shown: StreamFilter | None = None,
+    ) -> None:
         self._items = items
         self._on_progress = on_progress
+        self._shown = shown
         self._answer: Answer | None = None
 
     def pieces(self) -> Iterator[str]:
         for item in self._items:
             if isinstance(item, str):
-                yield item
+                piece = self._shown.feed(item) if self._shown is not None else item
+                if piece:
+                    yield piece
             elif isinstance(item, Progress):
+                if self._shown is not None and item.stage == "prompt":
+                    self._shown.show(item.articles)
                 if self._on_progress is not None:
                     self._on_progress(item)
             else:
                 self._answer = item
+                rest = self._shown.finish(item.articles) if self._shown is not None else ""
+                if rest:
+                    yield rest
 
     @property
     def answer(self) -> Answer:
         if self._answer is None:
             raise RuntimeError("the stream ended without an Answer; consume pieces() to the end first")
         return self._answer
+
+
+def guard_caption(answer: Answer) -> str:
+    """One line on the answer's guard profile and the guards that fired (empty when the answer has no profile).
+
+    Example:
+        >>> a = Answer(question="q", text="t", guard_profile={"profile": "endpoint", "enabled": [], "disabled": []},
+        ...            guards=[{"name": "source_talk", "reason": "a sentence was dropped"}])
+        >>> guard_caption(a)
+        'Guards: endpoint · fired: source_talk (a sentence was dropped)'
+    """
+    profile = answer.guard_profile
+    if not profile:
+        return ""
+    name = str(profile.get("profile", "?"))
+    changes = [f"+{n}" for n in profile.get("enabled", [])] + [f"-{n}" for n in profile.get("disabled", [])]
+    label = f"{name} ({', '.join(changes)})" if changes else name
+    fired = "; ".join(f"{g['name']} ({g['reason']})" for g in answer.guards) or "none fired"
+    return f"Guards: {label} · " + (f"fired: {fired}" if answer.guards else fired)

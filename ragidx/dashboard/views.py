@@ -30,6 +30,7 @@ from ragidx.dashboard.answers import (
     citation_lines,
     default_call,
     flash_reasons,
+    guard_caption,
     safe_markdown,
     token_rows,
 )
@@ -205,7 +206,11 @@ def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
         if not text:
             placeholder.caption(f"· {progress.describe()}")
 
-    stream = AnswerStream(engine.stream_ask(question, session_id=session_id, progress=True), on_progress=show)
+    stream = AnswerStream(
+        engine.stream_ask(question, session_id=session_id, progress=True),
+        on_progress=show,
+        shown=engine.stream_filter(),
+    )
     try:
         with st.spinner("Searching and answering…"):
             for piece in stream.pieces():
@@ -239,6 +244,9 @@ def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
         why = f" Why: {printable(answer.not_found_reason)}." if answer.not_found_reason else ""
         st.info(f"Not found in the knowledge base: no article is cited.{why}")
     lines = citation_lines(answer)
+    guards = guard_caption(answer)
+    if guards:
+        st.caption(guards)
     if lines:
         st.markdown("**Sources**\n\n" + "\n".join(f"- {line}" for line in lines))
     for error in answer.tool_errors:

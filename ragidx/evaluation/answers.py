@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ragidx.agent.guards.not_found import says_not_found as _says_not_found
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 
 __all__ = [
@@ -94,17 +95,6 @@ T = TypeVar("T")
 _NON_WORD = re.compile(r"[^\w]+|_")
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _YES_NO = frozenset({"yes", "no"})
-# How a model says it found nothing, in its own words (LlamaIndex's stock prompt has no NOT_FOUND token;
-# ragidx's model sometimes writes a sentence instead of the token). Matched in the first 200 characters.
-_NOT_FOUND_PHRASES = re.compile(
-    r"\bnot[ _]found\b|\bno (?:relevant )?information\b|\bi (?:do not|don't) know\b"
-    r"|\b(?:does|do|did)(?: not|n't) (?:provide|contain|mention|specify|include|say|state|give|cover)\b"
-    r"|\bnot (?:mentioned|provided|specified|stated|available|included|covered|given)\b"
-    r"|\b(?:cannot|can't|can not|could not|couldn't|unable to) (?:be )?"
-    r"(?:answer|determine|determined|find|found|provide)\b"
-    r"|\bthere is no (?:mention|information)\b",
-    re.IGNORECASE,
-)
 
 
 # --- questions ------------------------------------------------------------------------------------
@@ -267,8 +257,9 @@ def answer_f1(prediction: str, golds: Iterable[str]) -> float:
 
 
 def says_not_found(text: str) -> bool:
-    """The reply says the knowledge base does not answer (empty, NOT_FOUND, or in words near its start)."""
-    return not text.strip() or bool(_NOT_FOUND_PHRASES.search(text[:200]))
+    """The reply says the knowledge base does not answer: empty, or as the agent reads a model's reply
+    (:func:`ragidx.agent.guards.not_found.says_not_found`; a reply citing an article is an answer)."""
+    return not text.strip() or _says_not_found(text, cited_is_answer=True)
 
 
 def citation_scores(
@@ -477,6 +468,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]
         ),
         "misses": dict(Counter(str(r["miss"]) for r in answerable if r.get("miss"))),
     }
+    if any("guards" in r for r in rows):  # ragidx's own rows: its guard profile, and how often each guard fired
+        summary["guard_profile"] = next((r.get("guard_profile") for r in rows if r.get("guard_profile")), None)
+        summary["guards_fired"] = dict(Counter(g["name"] for r in rows for g in r.get("guards") or []))
     if kinds:
         summary["by_kind"] = {
             kind: {
@@ -531,6 +525,8 @@ def answer_outcome(answer: Any, *, seconds: float, ttft_s: float | None, window:
             "citation_method": answer.citation_method,
             "answer_check": answer.answer_check,
             "not_found_reason": answer.not_found_reason,
+            "guards": list(answer.guards),
+            "guard_profile": answer.guard_profile.get("profile"),
             "timings": answer.timings,
             "prompt_per_call": tokens.get("prompt_per_call", []),
             "tool_errors": answer.tool_errors,

@@ -13,17 +13,16 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, LogProb,
 from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
+from ragidx.agent.guards.gates import check_log_odds
 from ragidx.agent.workflow import (
     AnswerDeltaEvent,
     LLMRequestError,
     LLMUnavailableError,
     RagAgent,
     answer_language,
-    check_log_odds,
     fence,
     follow_up_query,
     prompt_title,
-    split_not_found,
     to_inline,
 )
 from ragidx.article import Article, SearchResult
@@ -327,21 +326,6 @@ def test_model_saying_not_found_is_honoured() -> None:
     assert answer.not_found_reason is None  # the model's own words, not a gate's
 
 
-@pytest.mark.parametrize(
-    ("reply", "expected"),
-    [
-        ("NOT_FOUND", (True, "")),
-        ("  Not found.", (True, "")),
-        ("Use Table > Insert Table [1].\n\nNOT_FOUND", (False, "Use Table > Insert Table [1].")),
-        ("If the style is not found, create it [1].", (False, "If the style is not found, create it [1].")),
-    ],
-)
-def test_not_found_is_the_replys_opening_not_a_stray_token(reply: str, expected: tuple[bool, str]) -> None:
-    from ragidx.agent.workflow import split_not_found
-
-    assert split_not_found(reply) == expected
-
-
 def test_answer_without_markers_is_attributed_by_overlap_or_not_at_all() -> None:
     agent, _ = make_agent(
         [
@@ -593,22 +577,6 @@ def test_a_fixed_prompt_cap_holds_and_is_used(inline: bool) -> None:
     assert report.context_window == 8192 and report.target_tokens == report.hard_limit_tokens == 1500
     assert report.tokens_after <= report.hard_limit_tokens
     assert abs(report.tokens_after - answer.tokens["prompt_per_call"][-1]) <= 8  # the report tells what was sent
-
-
-@pytest.mark.parametrize(
-    ("reply", "not_found"),
-    [
-        ("NOT_FOUND", True),
-        ("The articles do not provide information about the pg_stat_io view. [1]", True),
-        ("The information is not mentioned in the sources.", True),
-        ("It cannot be determined from the articles.", True),
-        ("В статьях нет информации об этом.", True),
-        ("The default is 4MB [1]. The articles do not mention the maximum.", False),  # an answer, then a gap
-        ("Yes, both were American [3].", False),
-    ],
-)
-def test_a_reply_that_says_the_articles_do_not_answer_is_not_found(reply: str, not_found: bool) -> None:
-    assert split_not_found(reply)[0] is not_found
 
 
 def test_a_question_naming_what_no_article_mentions_is_not_found_without_asking() -> None:

@@ -70,6 +70,8 @@ def test_chat_answer_shows_citations_ranked_articles_and_the_budget(kb_dir: Path
     lines = {row["line"]: row["tokens"] for row in gauge["layer"][1]["data"]["values"]}
     assert lines["window"] == 8192 and lines["target"] < lines["trigger"] < lines["hard limit"] < 8192
     assert "Model scripted" in assistant.caption[-1].value
+    # the guard profile of the sidebar's (local) model, under the answer
+    assert "Guards: small-model · none fired" in [c.value for c in assistant.caption]
 
 
 def test_a_2k_window_from_the_sidebar_compresses_articles(kb_dir: Path) -> None:

@@ -522,3 +522,15 @@ def test_injected_articles_carry_instructions_and_are_asked_about() -> None:
     )
     asked = [q for q in load_questions(DATA / "answers_libreoffice_en.jsonl") if q.kind == "injection"]
     assert len(asked) >= 2 and all(set(q.gold_kb_ids) <= set(injected) for q in asked)
+
+
+def test_the_summary_counts_the_guards_that_fired_on_ragidx_rows() -> None:
+    q = Question("p1", "default port?", ("5432",))
+    fired = [{"name": "ungrounded_names", "reason": "states MySQL, Oracle"}]
+    rows = [
+        score_outcome(q, Outcome("It is 5432 [1].", extra={"guards": [], "guard_profile": "endpoint"}), {}),
+        score_outcome(q, Outcome("", not_found=True, extra={"guards": fired, "guard_profile": "endpoint"}), {}),
+    ]
+    s = summarize(rows)
+    assert s["guard_profile"] == "endpoint" and s["guards_fired"] == {"ungrounded_names": 1}
+    assert "guards_fired" not in summarize([score_outcome(q, Outcome("It is 5432."), {})])  # another system's rows

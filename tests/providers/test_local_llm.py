@@ -16,7 +16,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.tools import FunctionTool
 
-from ragidx.agent.workflow import check_log_odds, check_options
+from ragidx.agent.guards.gates import check_log_odds, check_options
 from ragidx.config import LLMEndpoint
 from ragidx.providers.chat import usage
 from ragidx.providers.llms import LLMProvider
