@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -25,6 +26,11 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+# The checkout's ragidx, the code the API reference is read from, even where another copy is installed.
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 MARKER = "<!-- ragidx:settings-reference -->"
 PAGE = "configuration.md"
