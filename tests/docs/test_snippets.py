@@ -3,7 +3,8 @@
 How the snippets run (so they stay exactly what a reader copies):
 
 - Every ```` ```python ```` block of ``docs/getting-started.md`` and of ``docs/guide/llamaindex.md`` is executed,
-  in page order, in one namespace per page; nothing is edited out of them.
+  in page order, in one namespace per page; nothing is edited out of them. So is the README's "From Python"
+  example (its first python block; the next one lists the LlamaIndex surfaces, which the LlamaIndex page runs).
 - The working directory is a fresh temporary folder, so ``Settings(data_dir=".ragidx")`` writes there. The
   relative path the pages ingest, ``ragidx/data/kb/libreoffice_en_sample.jsonl``, is created in that folder and
   holds the 26 real LibreOffice Writer articles of the ``writer_kb_file`` fixture (the bundled sample's 424
@@ -92,6 +93,17 @@ def test_llamaindex_snippets_run(docs_workdir: Path, capsys: pytest.CaptureFixtu
     assert ns["chat"].chat_history == []  # reset() after two turns
     assert my_llm.calls  # the stock synthesizer asked the reader's LLM
     assert type(ns["budgeted"]).__name__ == "BudgetedLLM" and ns["own_agent"].tools
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs(docs_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    example = python_blocks(ROOT / "README.md")[0]
+    ns: dict[str, Any] = {}
+    exec(compile(example, "README.md (From Python)", "exec"), ns)
+
+    out = capsys.readouterr().out
+    assert "Creating a Table of Contents" in out and "Sources:" in out
+    assert not ns["answer"].not_found
 
 
 def _hook() -> Any:
