@@ -56,8 +56,8 @@ LOCAL_MAX_ANSWER_PROMPT_TOKENS = 768
 # log-odds, than NO (LLMEndpoint.answer_check_margin). Chosen on LibreOffice en (answerable and plain-language
 # unanswerable questions: the highest margin that turned away no answerable question, 0.3 and 0.2 alike there);
 # HotpotQA decided between them: at 0.3 its multi-hop questions' false "not found" rose from 1 to 7 of 50, at 0.2 to 4
-# (README, "Unanswerable questions: an answer check"). Confirmed with the server's log-odds on six sets (README,
-# "Choosing the check's margin"): higher margins buy abstention on the documentation sets at HotpotQA's expense.
+# (CHANGELOG.md, 2026-11-27, "An answer check"). Confirmed with the server's log-odds on six sets (docs/benchmarks.md,
+# "The answer check's margin"): higher margins buy abstention on the documentation sets at HotpotQA's expense.
 LOCAL_ANSWER_CHECK_MARGIN = 0.2
 # The context budget leaves out articles scored under this share of the best one (Settings.budget_relevance_floor):
 # on PostgreSQL and LibreOffice en/ru that dropped no article holding the answer, on HotpotQA second-hop paragraphs
@@ -320,7 +320,7 @@ class Settings(BaseSettings):
         "weighted by hybrid_alpha) or 'rrf' (reciprocal rank, weighted by hybrid_alpha).",
     )
     # Candidate depth and rerank weights: chosen on SciFact and the bilingual LibreOffice KB, confirmed on
-    # HotpotQA, LibreOffice en and ru (README, "Tuning retrieval to your KB"): the deeper pool and the light
+    # HotpotQA, LibreOffice en and ru (CHANGELOG.md, 2026-11-26): the deeper pool and the light
     # rerank stay within 0.005 nDCG@10 of the best single search on each, where 50 and 0.25/0.25 did not.
     candidate_chunks: int = Field(default=100, ge=1, description="Chunks fetched by hybrid search.")
     rerank_top_n: int = Field(default=30, ge=1, description="Chunks kept after reranking.")
