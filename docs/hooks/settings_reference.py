@@ -45,7 +45,7 @@ def settings_reference_markdown() -> str:
 
     parts: list[str] = []
     for title, names in _sections(Settings):
-        parts.append(f"### {title.capitalize()}\n")
+        parts.append(f"### {title[0].upper()}{title[1:]}\n")
         parts.append(_table(Settings, names, env_prefix="RAGIDX_", toml_table=None))
     parts.append("### `[llm]`, `[fallback_llm]` and `[flash.llm]`: a chat model (`LLMEndpoint`)\n")
     parts.append(
@@ -88,13 +88,13 @@ def _paragraph(model: type[BaseModel]) -> str:
 
 
 def _table(model: type[BaseModel], names: list[str], *, env_prefix: str, toml_table: str | None) -> str:
-    rows = ["| Setting | Type | Default | Environment variable | What it does |", "|---|---|---|---|---|"]
+    rows = ["| Setting and environment variable | Type and default | What it does |", "|---|---|---|"]
     for name in names:
         info = model.model_fields[name]
         key = f"{toml_table}.{name}" if toml_table else name
         rows.append(
-            f"| `{key}` | {_cell(_type(info.annotation))} | {_cell(_default(info))} | "
-            f"`{env_prefix}{name.upper()}` | {_cell(_description(info))} |"
+            f"| `{key}`<br>`{env_prefix}{name.upper()}` | {_cell(_type(info.annotation))}<br>"
+            f"default {_cell(_default(info))} | {_cell(_description(info))} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -124,7 +124,7 @@ def _all_field_keys() -> list[str]:
 @pytest.mark.parametrize("key", _all_field_keys())
 def test_every_setting_is_on_the_configuration_page(key: str) -> None:
     page = _hook().settings_reference_markdown()
-    assert f"| `{key}` |" in page
+    assert f"| `{key}`<br>" in page
 
 
 def test_every_setting_has_a_description() -> None:
@@ -142,6 +142,6 @@ def test_the_configuration_page_keeps_its_marker() -> None:
             src_uri = "configuration.md"
 
     rendered = hook.on_page_markdown(source, Page)
-    assert hook.MARKER not in rendered and "| `data_dir` |" in rendered
+    assert hook.MARKER not in rendered and "| `data_dir`<br>" in rendered
     with pytest.raises(ValueError, match="marker"):
         hook.on_page_markdown("# Configuration\n", Page)
