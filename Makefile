@@ -1,5 +1,5 @@
 # Two commands for a fresh machine:  `make demo`  (set up, ingest the sample KB, answer a question offline)
-#                                     `make test`  (set up, run the test suite)
+#                                     `make test`  (set up, lint, build the docs, run the test suite)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: install demo test lint bench-ingest llama-native llama-portable clean
+.PHONY: install demo test lint docs bench-ingest llama-native llama-portable clean
 
 install: $(VENV)/.installed
 
@@ -44,7 +44,12 @@ demo: install
 test: install
 	$(BIN)/ruff check ragidx ingestion tests benchmarks streamlit_app.py
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -q
+
+# The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link or API reference fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: install
 	$(BIN)/ruff check ragidx ingestion tests benchmarks streamlit_app.py
@@ -55,4 +60,4 @@ bench-ingest: install
 	$(BIN)/python benchmarks/ingest.py --kb ../shared/data/kb/libreoffice_en.jsonl
 
 clean:
-	rm -rf $(VENV) .ragidx
+	rm -rf $(VENV) .ragidx site

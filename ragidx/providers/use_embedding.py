@@ -6,7 +6,7 @@ inside the graph, which runs through ``onnxruntime-extensions``' custom operator
 is used, never ``nanoranker``'s own module (it opens two sessions on import). Chunks are sized in
 ``cl100k_base`` tokens (see ``UseEmbedding.tokenizer``).
 
-What it is for (``ragidx eval retrieval`` figures in the README, "Non-English knowledge bases"): the fast
+What it is for (``ragidx eval retrieval`` figures in CHANGELOG.md, 2026-11-24 and 2026-11-25): the fast
 multilingual option. On the Russian LibreOffice questions it lifts dense search from MiniLM's 0.25 to 0.48
 nDCG@10 (the tuned chain 0.75), at about MiniLM's ingest speed and ~2 ms a query. multilingual-e5-small
 (:mod:`ragidx.providers.e5_embedding`, what ``auto`` picks for a non-English KB) reads Russian better

@@ -47,7 +47,7 @@ def build_weaviate_store(settings: Settings) -> Any:
     except Exception as exc:
         raise ConnectionError(
             f"cannot reach Weaviate at {settings.weaviate_url} (gRPC port {settings.weaviate_grpc_port}): "
-            f"{type(exc).__name__}. Start it (see README) or set RAGIDX_STORE=lancedb."
+            f"{type(exc).__name__}. Start it (docs: 'Deployment past one machine') or set RAGIDX_STORE=lancedb."
         ) from exc
     logger.info("connected to Weaviate at %s, collection %s", settings.weaviate_url, settings.collection)
     return WeaviateChunkStore(weaviate_client=client, index_name=settings.collection, tenant=settings.tenant)

@@ -51,7 +51,7 @@ MIN_GAIN = 0.01
 
 Pseudo-queries share words with their article, so they favour keyword search and lexical rerank weights
 a little more than users' questions do: a small but steady pseudo gain is that bias, not a better setup.
-Measured on nine labelled index/default pairs (README, "Tuning retrieval to your KB"): every pick whose lower
+Measured on nine labelled index/default pairs (CHANGELOG.md, 2026-11-27): every pick whose lower
 bound stayed under 0.0085 moved labelled nDCG@10 by -0.012 to +0.011 (two of four lost more than 0.005);
 the two above 0.01 gained 0.032 and 0.052."""
 Z = 2.0

@@ -19,7 +19,7 @@ calibration rewards:
   the passage (:class:`LLMQueryWriter`). Closest to real questions; one LLM call per query.
 
 The default (``DEFAULT_METHOD``) was chosen by measurement on SciFact and checked on two other sets, see
-the README's ``ragidx tune`` section.
+CHANGELOG.md (2026-11-24, "Why held_out pseudo-queries").
 
 Example:
     >>> from ragidx.article import Article

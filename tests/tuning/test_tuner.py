@@ -82,7 +82,7 @@ def test_pick_keeps_the_untuned_config_unless_the_gain_is_convincing() -> None:
 
 def test_the_shipped_margin_ignores_a_small_steady_gain() -> None:
     """A pseudo gain of 0.006 on every query is significant but is the pseudo-queries' lexical bias in
-    size (README, "The pick's margin"); 0.03 is kept."""
+    size (CHANGELOG.md, 2026-11-27); 0.03 is kept."""
     untuned = RetrievalConfig(0.5, "relative_score", 100, "none")
     small = RetrievalConfig(0.5, "relative_score", 30, "none")
     large = RetrievalConfig(0.35, "rrf", 100, "none")
