@@ -612,9 +612,7 @@ class Engine:
     def _asker(self, filters: FilterSpec, user: str | None, groups: Any) -> Any:
         return ScopedAsker(self, as_filters(filters), Principal.of(user, groups))
 
-    def retrieve_context_tool(
-        self, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None
-    ) -> Any:
+    def retrieve_context_tool(self, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None) -> Any:
         """The ``retrieve_context`` ``FunctionTool`` over this engine's chain, for LlamaIndex's own agents:
         whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads. Every
         search it makes runs with ``filters`` as ``user``/``groups`` (default: the public): an agent that holds

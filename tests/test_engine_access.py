@@ -19,14 +19,38 @@ from tests.dashboard.fakes import make_engine
 
 PAYROLL = "Printing payroll slips"
 KB = [
-    Article("pub-labels", "Printing labels", "u1", "To print labels choose File New Labels and print them.", "en",
-            {"product": "writer", "version": 7}),
-    Article("pub-calc", "Printing in Calc", "u2", "To print a spreadsheet choose File Print and set print ranges.",
-            "en", {"product": "calc", "version": 8}),
-    Article("hr-payroll", PAYROLL, "u3", "Payroll slips print from the HR portal; print payroll slips monthly.",
-            "en", {"product": "writer", "version": 7, "allowed": ["group:hr"]}),
-    Article("ann-notes", "Ann's printer notes", "u4", "My printer prints labels duplex; print labels on floor 3.",
-            "en", {"product": "writer", "allowed": ["user:ann"]}),
+    Article(
+        "pub-labels",
+        "Printing labels",
+        "u1",
+        "To print labels choose File New Labels and print them.",
+        "en",
+        {"product": "writer", "version": 7},
+    ),
+    Article(
+        "pub-calc",
+        "Printing in Calc",
+        "u2",
+        "To print a spreadsheet choose File Print and set print ranges.",
+        "en",
+        {"product": "calc", "version": 8},
+    ),
+    Article(
+        "hr-payroll",
+        PAYROLL,
+        "u3",
+        "Payroll slips print from the HR portal; print payroll slips monthly.",
+        "en",
+        {"product": "writer", "version": 7, "allowed": ["group:hr"]},
+    ),
+    Article(
+        "ann-notes",
+        "Ann's printer notes",
+        "u4",
+        "My printer prints labels duplex; print labels on floor 3.",
+        "en",
+        {"product": "writer", "allowed": ["user:ann"]},
+    ),
 ]
 RESTRICTED = {"hr-payroll", "ann-notes"}
 
@@ -51,7 +75,9 @@ def test_retrieve_runs_as_a_principal_and_filters_before_top_k(engine: Engine) -
     assert kb_ids(engine.retrieve("print payroll", top_k=1, filters={"product": "calc"})) == {"pub-calc"}
     ranged = parse_filters(["version>=7", "product in writer,calc"])
     assert kb_ids(engine.retrieve("print", top_k=4, filters=ranged, groups=["hr"])) == {
-        "pub-labels", "pub-calc", "hr-payroll"
+        "pub-labels",
+        "pub-calc",
+        "hr-payroll",
     }
 
 
@@ -111,8 +137,9 @@ def test_changed_principals_take_effect_on_reingest_without_embedding(engine: En
     embed = engine.embed_model
     before = embed.calls
     opened = [
-        a if a.kb_id != "hr-payroll" else Article(a.kb_id, a.title, a.url, a.content, a.language,
-                                                  {"product": "writer", "version": 7})
+        a
+        if a.kb_id != "hr-payroll"
+        else Article(a.kb_id, a.title, a.url, a.content, a.language, {"product": "writer", "version": 7})
         for a in KB
     ]
     report = engine.ingest(opened, source_name="kb")

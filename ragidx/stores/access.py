@@ -115,14 +115,12 @@ def allowed_of(metadata: Mapping[str, Any]) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise InvalidPermissions(
-            f"'{ALLOWED}' must be a list of principals like [\"user:ann\", \"group:support\"], got {value!r}"
+            f'\'{ALLOWED}\' must be a list of principals like ["user:ann", "group:support"], got {value!r}'
         )
     out: set[str] = set()
     for item in items:
         if not isinstance(item, str) or not item.startswith(PREFIXES) or len(item) <= len(item.split(":")[0]) + 1:
-            raise InvalidPermissions(
-                f"'{ALLOWED}' entries must be 'user:NAME' or 'group:NAME' strings, got {item!r}"
-            )
+            raise InvalidPermissions(f"'{ALLOWED}' entries must be 'user:NAME' or 'group:NAME' strings, got {item!r}")
         if len(item) > MAX_PRINCIPAL_CHARS:
             raise InvalidPermissions(f"'{ALLOWED}' entry longer than {MAX_PRINCIPAL_CHARS} characters: {item[:40]!r}…")
         out.add(item)

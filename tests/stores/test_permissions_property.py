@@ -12,8 +12,8 @@ fragments, unicode and very long strings.
 from __future__ import annotations
 
 import itertools
-import os
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
