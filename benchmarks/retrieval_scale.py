@@ -2,6 +2,7 @@
 
     python benchmarks/retrieval_scale.py [--chunks 100000] [--real-chunks 8000] [--queries 100]
         [--data-dir DIR] [--source FILE ...] [--query-file FILE ...]
+        [--filter EXPR ...] [--user NAME] [--group NAME ...]
 
 Builds, once, a production store in ``--data-dir``: the LanceDB chunk store and the SQLite article store
 from ``ragidx.stores.factory`` filled by the real ``Ingestor`` (same chunking, node ids, metadata,
@@ -22,6 +23,14 @@ real queries (BEIR query files and article titles, mixed), after warm-up queries
 query (process CPU time, all threads) and the p50 of each stage (query embedding, dense and full-text
 search inside the store, chunk rerank, article grouping). Load averages are recorded because figures from a
 shared machine are inflated by whatever else runs.
+
+Every article carries metadata to filter on: ``source`` (the source file's label: libreoffice_en, postgresql15,
+docker, scifact ...) and, for two thirds of them (by a hash of the kb_id), ``allowed: ["group:gN"]`` (N in
+0..4), so the permission predicate is as selective as in a KB with internal articles. Every query runs as a
+principal (by default the public, who reads the public third). With ``--filter`` (``ragidx search``'s
+expressions) and/or ``--user``/``--group``, each query is timed twice, unfiltered (public) and filtered, one
+after the other (the same load for both), and the line adds ``filtered`` (the same figures) and
+``filtered_p50_ratio``.
 """
 
 from __future__ import annotations
@@ -58,7 +67,9 @@ from ragidx.article import Article  # noqa: E402
 from ragidx.config import Settings  # noqa: E402
 from ragidx.providers.embeddings import build_embed_model  # noqa: E402
 from ragidx.retrieval.factory import build_retriever  # noqa: E402
+from ragidx.stores.access import Principal  # noqa: E402
 from ragidx.stores.factory import build_article_store, build_chunk_store  # noqa: E402
+from ragidx.stores.filters import parse_filters  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_SOURCES = [
@@ -71,7 +82,7 @@ DEFAULT_SOURCES = [
 ]
 DEFAULT_QUERY_FILES = [SHARED / "beir_scifact" / "queries.jsonl", SHARED / "hotpotqa_dev500" / "beir" / "queries.jsonl"]
 MANIFEST = "retrieval_scale.json"
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 """Bump when what the build writes changes: a store of another format is rebuilt, not reused."""
 SOURCE_NAME = "retrieval_scale"
 BEIR_LABELS: set[str] = set()
@@ -178,8 +189,21 @@ def read_articles(paths: list[Path]) -> list[tuple[str, Article]]:
                 seen.add(kb_id)
                 title = str(rec.get("title") or kb_id)
                 language = rec.get("lang") or rec.get("language")
-                out.append((label, Article(kb_id, title, str(rec.get("url") or ""), text, language)))
+                meta = scale_metadata(label, kb_id)
+                out.append((label, Article(kb_id, title, str(rec.get("url") or ""), text, language, meta)))
     return out
+
+
+GROUPS = 5
+
+
+def scale_metadata(label: str, kb_id: str) -> dict[str, Any]:
+    """What each benchmark article carries: its source, and for two thirds a group that may read it."""
+    h = int.from_bytes(hashlib.blake2b(kb_id.encode(), digest_size=4).digest(), "big")
+    meta: dict[str, Any] = {"source": label}
+    if h % 3:
+        meta["allowed"] = [f"group:g{h % GROUPS}"]
+    return meta
 
 
 def _units(text: str) -> tuple[list[str], str]:
@@ -206,6 +230,7 @@ def version(article: Article, n: int) -> Article | None:
         f"{article.url}#v{n}" if article.url else "",
         sep.join(rotated),
         article.language,
+        dict(article.metadata),
     )
 
 
@@ -417,7 +442,14 @@ def pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
-def time_queries(settings: Settings, queries: list[str], warmup: list[str]) -> dict[str, Any]:
+def time_queries(
+    settings: Settings,
+    queries: list[str],
+    warmup: list[str],
+    scope: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Time ``retrieve`` over ``queries``; with ``scope`` (filters, principal) each query also runs scoped,
+    right after the unfiltered run, and ``filtered`` holds those figures."""
     embed = build_embed_model(settings)
     embed.get_query_embedding("warm up")  # model load is not query latency
     chunk_store, article_store = build_chunk_store(settings), build_article_store(settings)
@@ -435,20 +467,50 @@ def time_queries(settings: Settings, queries: list[str], warmup: list[str]) -> d
     first_ms = (time.perf_counter() - t0) * 1000
     for q in warmup[1:]:
         retriever.retrieve(q)
+        if scope is not None:
+            retriever.retrieve(q, **scope)
 
     load_before = os.getloadavg()
-    rows: list[dict[str, float]] = []
-    returned: list[int] = []
+    runs: dict[str, tuple[list[dict[str, float]], list[int]]] = {"all": ([], [])}
+    if scope is not None:
+        runs["filtered"] = ([], [])
     for q in queries:
-        watch.current = {}
-        c, t = time.process_time(), time.perf_counter()
-        articles = retriever.retrieve(q)
-        wall, cpu = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
-        returned.append(len(articles))
-        rows.append({"wall": wall, "cpu": cpu, **watch.current})
+        for name, kwargs in (("all", {}), ("filtered", scope or {})):
+            if name not in runs:
+                continue
+            watch.current = {}
+            c, t = time.process_time(), time.perf_counter()
+            articles = retriever.retrieve(q, **kwargs)
+            wall, cpu = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
+            runs[name][1].append(len(articles))
+            runs[name][0].append({"wall": wall, "cpu": cpu, **watch.current})
     load_after = os.getloadavg()
     article_store.close()
+    out = _figures(*runs["all"])
+    out.update(
+        {
+            "first_query_ms": round(first_ms, 1),
+            "query_load_avg": [round(x, 2) for x in (*load_before, *load_after)],
+            "settings": {
+                "mode": retriever.mode,
+                "hybrid_alpha": settings.hybrid_alpha,
+                "candidate_chunks": settings.candidate_chunks,
+                "rerank_top_n": settings.rerank_top_n,
+                "top_k": settings.top_k,
+                "reranker": settings.reranker,
+                "nprobes": getattr(chunk_store, "nprobes", None),
+                "refine_factor": getattr(chunk_store, "refine_factor", None),
+                "embed_backend": settings.embed_backend,
+            },
+        }
+    )
+    if "filtered" in runs:
+        out["filtered"] = _figures(*runs["filtered"])
+        out["filtered_p50_ratio"] = round(out["filtered"]["p50_ms"] / max(out["p50_ms"], 1e-9), 2)
+    return out
 
+
+def _figures(rows: list[dict[str, float]], returned: list[int]) -> dict[str, Any]:
     def p50(key: str) -> float:
         return pct([r.get(key, 0.0) for r in rows], 0.5)
 
@@ -470,20 +532,7 @@ def time_queries(settings: Settings, queries: list[str], warmup: list[str]) -> d
             "group": p50("group"),
         },
         "stage_p95_ms": {k: pct([r.get(k, 0.0) for r in rows], 0.95) for k in ("search", "dense", "fts", "rerank")},
-        "first_query_ms": round(first_ms, 1),
         "articles_per_query": round(statistics.fmean(returned), 2),
-        "query_load_avg": [round(x, 2) for x in (*load_before, *load_after)],
-        "settings": {
-            "mode": retriever.mode,
-            "hybrid_alpha": settings.hybrid_alpha,
-            "candidate_chunks": settings.candidate_chunks,
-            "rerank_top_n": settings.rerank_top_n,
-            "top_k": settings.top_k,
-            "reranker": settings.reranker,
-            "nprobes": getattr(chunk_store, "nprobes", None),
-            "refine_factor": getattr(chunk_store, "refine_factor", None),
-            "embed_backend": settings.embed_backend,
-        },
     }
 
 
@@ -499,6 +548,9 @@ def main() -> int:
     p.add_argument("--noise", type=float, default=0.03, help="per-dimension std of the synthetic perturbation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rebuild", action="store_true", help="rebuild the store even if it matches")
+    p.add_argument("--filter", action="append", metavar="EXPR", help="also time each query with this filter")
+    p.add_argument("--user", help="... and as this user")
+    p.add_argument("--group", action="append", metavar="NAME", help="... and as a member of this group")
     args = p.parse_args()
     sources: list[Path] = args.source or [s for s in DEFAULT_SOURCES if s.is_file()]
     query_files: list[Path] = args.query_file or [q for q in DEFAULT_QUERY_FILES if q.is_file()]
@@ -521,7 +573,10 @@ def main() -> int:
 
     articles = read_articles(sources)
     queries = make_queries(query_files, articles, args.queries + args.warmup, args.seed)
-    timing = time_queries(settings, queries[args.warmup :], queries[: args.warmup] or queries[:1])
+    scope = None
+    if args.filter or args.user or args.group:
+        scope = {"filters": parse_filters(args.filter or []), "principal": Principal.of(args.user, args.group)}
+    timing = time_queries(settings, queries[args.warmup :], queries[: args.warmup] or queries[:1], scope)
     print(
         json.dumps(
             {
@@ -536,6 +591,8 @@ def main() -> int:
                 "build_cpu_s": manifest["build_cpu_s"],
                 "build_reused": reused,
                 "queries": len(queries) - args.warmup,
+                "filter": args.filter or [],
+                "principal": str(Principal.of(args.user, args.group)) if scope is not None else "public",
                 **timing,
                 "load_avg_now": [round(x, 2) for x in os.getloadavg()],
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -7,7 +7,14 @@ Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
    chunks written, and it is marked ``indexed``;
 3. a run killed anywhere in (2) leaves the article ``pending``; every run starts by re-indexing
    pending articles from the article store, so the end state has exactly the right chunks;
-4. with ``prune=True``, articles of the same source that are no longer in it are deleted.
+4. with ``prune=True``, articles of the same source that are no longer in it are deleted;
+5. an article whose text is unchanged but whose metadata (its principals, ``allowed``, among it) changed is
+   saved ``pending``, its chunks get the new metadata in place (``update_article_metadata``: nothing is
+   embedded again), and it is marked ``indexed``; a crash in between re-indexes it like any pending article.
+
+An article's metadata (``Article.metadata``) travels onto every chunk, out of the embedded and LLM-visible
+text; an ``allowed`` value that is not a list of ``user:``/``group:`` principals is reported and the article
+skipped (stored public it would leak).
 
 Several processes may ingest into the same stores at once (a shared PostgreSQL article store beside
 Weaviate): every step on an article's chunks runs inside the article store's *claim* on that article
@@ -43,6 +50,7 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 from ingestion.sources import SourceError, SourceItem
 from ragidx.article import Article
 from ragidx.language import article_language
+from ragidx.stores.access import InvalidPermissions, allowed_of
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
 logger = logging.getLogger(__name__)
@@ -97,6 +105,8 @@ class IngestReport:
     changed: int = 0
     unchanged: int = 0
     recovered: int = 0
+    relabeled: int = 0
+    """Articles whose metadata (permissions included) changed and was updated in place, without embedding."""
     deleted: int = 0
     duplicates: int = 0
     chunks_written: int = 0
@@ -120,6 +130,7 @@ class IngestReport:
             "changed": self.changed,
             "unchanged": self.unchanged,
             "recovered": self.recovered,
+            "relabeled": self.relabeled,
             "deleted": self.deleted,
             "duplicates": self.duplicates,
             "chunks_written": self.chunks_written,
@@ -205,6 +216,12 @@ class Ingestor:
                         report.errors.append(str(item))
                         logger.warning("skipped %s", item)
                         continue
+                    try:
+                        allowed_of(item.metadata)
+                    except InvalidPermissions as exc:
+                        report.errors.append(f"{source or 'articles'}: article {item.kb_id!r}: {exc}; skipped")
+                        logger.warning("skipped article %r of %s: %s", item.kb_id, source, exc)
+                        continue
                     if item.kb_id in articles or item.kb_id in seen_ids:
                         report.duplicates += 1
                         logger.warning("duplicate kb_id %r in %s: the later copy wins", item.kb_id, source)
@@ -265,22 +282,44 @@ class Ingestor:
             return
         with self.article_store.claim([a.kb_id for a in articles]) as claim:
             states = claim.states([a.kb_id for a in articles])
-            todo = []
+            same_text = [a for a in articles if states.get(a.kb_id) == (a.content_hash, INDEXED)]
+            stored = claim.stored_metadata([a.kb_id for a in same_text]) if same_text else {}
+            todo, relabel = [], []
             for a in articles:
                 state = states.get(a.kb_id)
                 if state is None:
                     report.new += 1
                     todo.append(a)
                 elif state == (a.content_hash, INDEXED):
-                    report.unchanged += 1
+                    if stored.get(a.kb_id, {}) == _jsonable(a.metadata):
+                        report.unchanged += 1
+                    else:
+                        relabel.append(a)
                 else:
                     report.changed += 1
                     todo.append(a)
+            if relabel:
+                self._relabel(claim, relabel, source, report)
             if not todo:
                 return
             self._check_embedding()
             claim.save_pending(todo, source=source)
             self._index(claim, todo, report)
+
+    def _relabel(self, claim: Claim, articles: list[Article], source: str, report: IngestReport) -> None:
+        """Give indexed articles whose text is unchanged their new metadata (permissions included) in the
+        article store and on their chunks, without embedding; a store that cannot update in place re-indexes."""
+        update = getattr(self.vector_store, "update_article_metadata", None)
+        claim.save_pending(articles, source=source)  # pending until the chunks say the same: a crash re-indexes
+        if update is None:
+            report.changed += len(articles)
+            self._check_embedding()
+            self._index(claim, articles, report)
+            return
+        claim.ensure_held()
+        counts: dict[str, int] = update({a.kb_id: self._document(a).metadata for a in articles})
+        claim.mark_indexed({a.kb_id: counts.get(a.kb_id, 0) for a in articles})
+        report.relabeled += len(articles)
 
     def _index(self, claim: Claim, articles: list[Article], report: IngestReport) -> None:
         """Replace the chunks of these (already saved, pending, claimed) articles, then mark them indexed."""
@@ -351,12 +390,17 @@ class Ingestor:
         return article_language(article, self.default_language)
 
     def _document(self, article: Article) -> Document:
-        metadata = {
-            "kb_id": article.kb_id,
-            "title": article.title,
-            "url": article.url,
-            "language": self.language_of(article),
-        }
+        # The article's own metadata (product, version, its principals ...) goes onto every chunk, filterable;
+        # the fields ragidx sets win over same-named ones. Only the title is embedded or shown to a model.
+        metadata: dict[str, Any] = {k: v for k, v in article.metadata.items() if k not in ("language", "chunk_no")}
+        metadata.update(
+            {
+                "kb_id": article.kb_id,
+                "title": article.title,
+                "url": article.url,
+                "language": self.language_of(article),
+            }
+        )
         if self.tenant:
             metadata["tenant"] = self.tenant
         return Document(
@@ -366,6 +410,14 @@ class Ingestor:
             excluded_embed_metadata_keys=[k for k in metadata if k != "title"],
             excluded_llm_metadata_keys=[k for k in metadata if k != "title"],
         )
+
+
+def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as the article store gives it back (through JSON), to compare with what it holds."""
+    import json
+
+    loaded: dict[str, Any] = json.loads(json.dumps(metadata, ensure_ascii=False))
+    return loaded
 
 
 def _embedding_tokenizer(embed_model: Any) -> Any:

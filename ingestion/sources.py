@@ -5,7 +5,9 @@ a malformed line, a missing id or text, an empty article or bytes that are not U
 ``SourceError`` naming the file and line, and the rest of the file is still read.
 
 JSONL lines look like ``{"id", "title", "url", "text", "lang"?}`` (``kb_id``, ``content`` and
-``language`` are accepted as aliases).
+``language`` are accepted as aliases). Any other top-level key, and the keys of a ``metadata`` object, are
+the article's metadata (``product``, ``version``, ``allowed``: the principals who may read it ...), kept
+with it and filterable; a top-level key wins over the same key in ``metadata``.
 
 Example:
     >>> from pathlib import Path
@@ -101,7 +103,10 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
         )
     title = str(data.get("title") or "").strip() or _first_line(text)
     language = data.get("lang", data.get("language"))
-    extra = {k: v for k, v in data.items() if k in ("source",) and isinstance(v, str)}
+    nested = data.get("metadata")
+    if nested is not None and not isinstance(nested, dict):
+        return SourceError(path, line_no, f"article {kb_id!r}: 'metadata' must be a JSON object")
+    extra = {**(nested or {}), **{k: v for k, v in data.items() if k not in _RECORD_FIELDS}}
     return Article(
         kb_id=str(kb_id).strip(),
         title=title,
@@ -110,6 +115,10 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
         language=str(language) if language else None,
         metadata=extra,
     )
+
+
+_RECORD_FIELDS = frozenset({"id", "kb_id", "title", "url", "text", "content", "lang", "language", "metadata"})
+"""JSONL keys that are the article itself; every other key is its metadata."""
 
 
 def read_folder(folder: Path) -> Iterator[SourceItem]:

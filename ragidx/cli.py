@@ -51,6 +51,20 @@ def _engine(args: argparse.Namespace) -> Any:
     return Engine(_settings(args))
 
 
+FILTER_HELP = (
+    "only articles whose metadata matches: key=value, key!=value, key>=value (also >, <, <=), 'key in a,b', "
+    "'key not in a,b'; repeat for AND"
+)
+
+
+def _scope_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--filter", action="append", metavar="EXPR", help=FILTER_HELP)
+    p.add_argument("--user", help="search as this user: articles that allow user:NAME, and public ones")
+    p.add_argument(
+        "--group", action="append", metavar="NAME", help="and as a member of this group (repeat for several)"
+    )
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         report = engine.ingest(Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet)
@@ -71,7 +85,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        articles = engine.retrieve(args.query, top_k=args.top_k)
+        try:
+            articles = engine.retrieve(args.query, top_k=args.top_k, **_scope(args))
+        except ValueError as exc:
+            print(f"ragidx search: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(printable_json([_article_row(a, with_content=False) for a in articles]))
         return 0
@@ -82,6 +100,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {printable(a.title)}  ({printable(a.kb_id)})")
         if a.url:
             print(f"    {printable(a.url)}")
+        if row.get("metadata"):
+            print(
+                "    " + " · ".join(f"{printable(k)}: {printable(_shown_value(v))}" for k, v in row["metadata"].items())
+            )
         if "flash_reason" in row:
             print(f"    why: {printable(str(row['flash_reason']))}")
     return 0
@@ -101,9 +123,33 @@ def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
     for key in ("flash_reason", "flash_decision"):
         if key in a.metadata:
             row[key] = a.metadata[key]
+    shown = {k: v for k, v in a.metadata.items() if k not in _RANK_KEYS and not k.startswith(("flash_", "chain_"))}
+    if shown:
+        row["metadata"] = shown  # the article's own fields (product, version, source ...): what --filter reads
     if with_content:
         row["content"] = a.content
     return row
+
+
+_RANK_KEYS = frozenset(
+    {"rerank_score", "normalized_rank", "article_rank", "matched_chunk_ids", "matched_spans", "allowed", "language"}
+)
+
+
+def _shown_value(value: Any) -> str:
+    text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _scope(args: argparse.Namespace) -> dict[str, Any]:
+    """``--filter``, ``--user`` and ``--group`` as ``Engine`` keyword arguments (a bad filter: ValueError)."""
+    from ragidx.stores.filters import parse_filters
+
+    return {
+        "filters": parse_filters(args.filter or []),
+        "user": args.user,
+        "groups": list(args.group or []),
+    }
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -114,25 +160,30 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        try:
+            scope = _scope(args)
+        except ValueError as exc:
+            print(f"ragidx ask: {exc}", file=sys.stderr)
+            return 2
         engine.warm_up()
         if args.json:
-            print(printable_json(engine.ask(args.question).to_dict()))
+            print(printable_json(engine.ask(args.question, **scope).to_dict()))
             return 0
-        answer = _stream_answer(engine, args.question, progress=not args.quiet)
+        answer = _stream_answer(engine, args.question, progress=not args.quiet, scope=scope)
     sources = answer.render().partition("\nSources:\n")[2]
     if sources:
         print(f"\nSources:\n{sources}")
     return 0
 
 
-def _stream_answer(engine: Any, question: str, *, progress: bool) -> Any:
+def _stream_answer(engine: Any, question: str, *, progress: bool, scope: dict[str, Any] | None = None) -> Any:
     """Print what the turn does (stderr) and the answer's text as it comes (stdout); return the ``Answer``."""
     from ragidx.agent.answer import Progress
 
     streamed = ""
     answer: Any = None
     shown = engine.stream_filter()  # the guard profile's clean-ups, as the text comes
-    for item in engine.stream_ask(question, progress=True):
+    for item in engine.stream_ask(question, progress=True, **(scope or {})):
         if isinstance(item, Progress):
             if item.stage == "prompt":
                 shown.show(item.articles)  # a closing sentence that only names them is held back too
@@ -312,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.add_argument("--json", action="store_true")
+    _scope_arguments(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer a question with citations (streamed as it is written)")
@@ -319,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.add_argument("--json", action="store_true", help="one JSON object with everything about the answer")
     p.add_argument("--quiet", action="store_true", help="no progress lines (searches, prompt sizes) on stderr")
+    _scope_arguments(p)
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("delete", help="delete articles by kb_id")

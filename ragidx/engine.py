@@ -8,6 +8,14 @@ Example:
     >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
     >>> report = engine.ingest("ragidx/data/kb/libreoffice_en_sample.jsonl")   # doctest: +SKIP
     >>> [a.title for a in engine.retrieve("insert a table of contents", top_k=3)]  # doctest: +SKIP
+
+Every query surface (``retrieve``, ``ask``, ``stream_ask``, ``as_retriever``, ``as_query_engine``,
+``as_chat_engine``, ``retrieve_context_tool``) takes ``filters`` (LlamaIndex ``MetadataFilters``, or a mapping
+``{"product": "writer", "version": ["7.4", "7.5"]}``) and runs as a principal, ``user=`` / ``groups=`` (by
+default the public, who reads only articles that carry no principals). Both go into the stores' queries
+(``ragidx.stores.access``); nothing above them sees an article the principal may not read.
+
+    >>> engine.retrieve("vacation policy", user="ann", groups=["hr"], filters={"product": "handbook"})  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
+from ragidx.stores.access import Principal
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
+from ragidx.stores.filters import FilterSpec, as_filters
 from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
@@ -104,6 +114,8 @@ class Engine:
         self._retriever: Any | None = None
         self._flash_metrics: Any | None = None
         self._agent: Any | None = None
+        self._scoped_agents: dict[str, Any] = {}
+        self._session_readers: dict[str, Principal] = {}
         self._memory: Any | None = None
         self._guards: Any | None = None
         self._lock = threading.Lock()
@@ -294,6 +306,7 @@ class Engine:
         with self._lock:
             self._retriever = None
             self._agent = None
+            self._scoped_agents = {}
 
     @property
     def flash_metrics(self) -> Any:
@@ -315,14 +328,24 @@ class Engine:
             metrics=self.flash_metrics,
         )
 
-    def agent(self) -> Any:
-        """The agent workflow (built once; starts the local model server if the LLM is local)."""
+    def agent(self, filters: FilterSpec = None, *, user: str | None = None, groups: Any = None) -> Any:
+        """The agent workflow (built once; starts the local model server if the LLM is local); with ``filters``
+        or a principal, one whose every search runs with them (built once per scope, a few kept)."""
+        scope = as_filters(filters)
+        principal = Principal.of(user, groups)
         with self._lock:
-            if self._agent is None:
-                self._agent = self._build_agent()
-            return self._agent
+            if scope is None and principal.is_public:
+                if self._agent is None:
+                    self._agent = self._build_agent()
+                return self._agent
+            key = f"{principal.principals!r}|{scope.model_dump_json() if scope is not None else ''}"
+            agent = self._scoped_agents.pop(key, None) or self._build_agent(scope, principal)
+            self._scoped_agents[key] = agent  # most recently used last
+            while len(self._scoped_agents) > SCOPED_AGENTS:
+                self._scoped_agents.pop(next(iter(self._scoped_agents)))
+            return agent
 
-    def _build_agent(self) -> Any:
+    def _build_agent(self, filters: Any = None, principal: Principal | None = None) -> Any:
         from ragidx.agent.workflow import RagAgent
         from ragidx.budget import LLMSummaryCompressor, RetrievalCap
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
@@ -337,7 +360,7 @@ class Engine:
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
-            make_retrieve_context_tool(self.retriever, cap=cap),
+            make_retrieve_context_tool(self.retriever, cap=cap, filters=filters, principal=principal),
             budget,
             context_window=s.llm.context_window,
             max_output_tokens=s.llm.max_output_tokens,
@@ -437,13 +460,41 @@ class Engine:
         deleted = [kb_id for kb_id in requested if kb_id in held]
         return DeleteReport(requested, deleted, [kb_id for kb_id in requested if kb_id not in held])
 
-    def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
-        """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``."""
-        result: list[Article] = self.retriever.retrieve(query, top_k=top_k)
+    def retrieve(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> list[Article]:
+        """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``.
+
+        Args:
+            query: the search text.
+            top_k: articles to return (None: the configured ``top_k``).
+            filters: ``MetadataFilters``, or a mapping of field → value (a list: any of them); applied in the
+                store's search before its top-k, so a narrow filter still returns its best ``top_k``.
+            user, groups: who asks; only articles they may read are searched (default: the public).
+        """
+        result: list[Article] = self.retriever.retrieve(
+            query, top_k=top_k, filters=as_filters(filters), principal=Principal.of(user, groups)
+        )
         return result
 
-    async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
-        result: list[Article] = await self.retriever.aretrieve(query, top_k=top_k)
+    async def aretrieve(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> list[Article]:
+        result: list[Article] = await self.retriever.aretrieve(
+            query, top_k=top_k, filters=as_filters(filters), principal=Principal.of(user, groups)
+        )
         return result
 
     def warm_up(self) -> None:
@@ -465,28 +516,67 @@ class Engine:
             if server.is_alive():
                 server.join()
 
-    def ask(self, question: str, session_id: str | None = None) -> Any:
+    def ask(
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> Any:
         """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
+        A session belongs to the principal of its first turn (``user``/``groups``): another may not continue it.
+        ``filters`` and the principal scope every search of the turn (see :meth:`retrieve`).
         """
-        return run_sync(self.aask(question, session_id=session_id))
+        return run_sync(self.aask(question, session_id=session_id, filters=filters, user=user, groups=groups))
 
-    async def aask(self, question: str, session_id: str | None = None) -> Any:
-        return await self.agent().run(question=question, session_id=session_id)
+    async def aask(
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> Any:
+        self._claim_session(session_id, Principal.of(user, groups))
+        return await self.agent(filters, user=user, groups=groups).run(question=question, session_id=session_id)
+
+    def _claim_session(self, session_id: str | None, principal: Principal) -> None:
+        """A conversation's memory holds answers from what its reader may read: no one else continues it."""
+        if session_id is None:
+            return
+        with self._lock:
+            owner = self._session_readers.setdefault(session_id, principal)
+        if set(owner.principals) != set(principal.principals):
+            raise PermissionError(
+                f"session {session_id!r} belongs to another reader; start a new session (another session_id)"
+            )
 
     async def astream_ask(
-        self, question: str, session_id: str | None = None, *, progress: bool = False
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        progress: bool = False,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
     ) -> AsyncIterator[Any]:
         """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``.
 
         With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
         search with the articles it found, each prompt with its size, before the model reads it.
+        ``filters``, ``user`` and ``groups`` as for :meth:`ask`.
         """
         from ragidx.agent.answer import Progress
         from ragidx.agent.workflow import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
-        handler = self.agent().run(question=question, session_id=session_id)
+        self._claim_session(session_id, Principal.of(user, groups))
+        handler = self.agent(filters, user=user, groups=groups).run(question=question, session_id=session_id)
         async for event in handler.stream_events():
             if isinstance(event, AnswerDeltaEvent):
                 yield event.delta
@@ -498,13 +588,23 @@ class Engine:
                 yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
         yield await handler
 
-    def stream_ask(self, question: str, session_id: str | None = None, *, progress: bool = False) -> Iterator[Any]:
+    def stream_ask(
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        progress: bool = False,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
+        scope = {"filters": filters, "user": user, "groups": groups}
 
         async def pump() -> None:
             try:
-                async for item in self.astream_ask(question, session_id=session_id, progress=progress):
+                async for item in self.astream_ask(question, session_id=session_id, progress=progress, **scope):
                     items.put(("item", item))
             except BaseException as exc:
                 items.put(("error", exc))
@@ -523,26 +623,46 @@ class Engine:
         thread.join()
 
     # --- LlamaIndex surfaces ---------------------------------------------------------------------
-    def as_retriever(self, top_k: int | None = None) -> Any:
+    def as_retriever(
+        self, top_k: int | None = None, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None
+    ) -> Any:
         """The retrieval chain as a LlamaIndex ``BaseRetriever``: one ``NodeWithScore`` per whole article,
-        best first, ranks in metadata (:class:`~ragidx.retrieval.node_retriever.ArticleNodeRetriever`)."""
+        best first, ranks in metadata (:class:`~ragidx.retrieval.node_retriever.ArticleNodeRetriever`); every
+        search with ``filters`` as ``user``/``groups``."""
         from ragidx.retrieval.node_retriever import ArticleNodeRetriever
 
-        return ArticleNodeRetriever(self.retriever, top_k=top_k)
+        scoped = self.retriever.scoped(as_filters(filters), Principal.of(user, groups))
+        return ArticleNodeRetriever(scoped, top_k=top_k)
 
-    def as_query_engine(self, *, streaming: bool = False, session_id: str | None = None) -> Any:
+    def as_query_engine(
+        self,
+        *,
+        streaming: bool = False,
+        session_id: str | None = None,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> Any:
         """The agent as a LlamaIndex ``BaseQueryEngine`` returning ``Response`` with the cited articles as
-        ``source_nodes`` (:class:`~ragidx.agent.query_engine.RagQueryEngine`)."""
+        ``source_nodes`` (:class:`~ragidx.agent.query_engine.RagQueryEngine`); every question with ``filters``
+        as ``user``/``groups``."""
         from ragidx.agent.query_engine import RagQueryEngine
 
-        return RagQueryEngine(self, streaming=streaming, session_id=session_id)
+        return RagQueryEngine(self._asker(filters, user, groups), streaming=streaming, session_id=session_id)
 
-    def retrieve_context_tool(self) -> Any:
+    def _asker(self, filters: FilterSpec, user: str | None, groups: Any) -> Any:
+        return ScopedAsker(self, as_filters(filters), Principal.of(user, groups))
+
+    def retrieve_context_tool(self, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None) -> Any:
         """The ``retrieve_context`` ``FunctionTool`` over this engine's chain, for LlamaIndex's own agents:
-        whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads."""
+        whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads. Every
+        search it makes runs with ``filters`` as ``user``/``groups`` (default: the public): an agent that holds
+        it can find nothing else, whatever the model asks for."""
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
-        return make_retrieve_context_tool(self.retriever)
+        return make_retrieve_context_tool(
+            self.retriever, filters=as_filters(filters), principal=Principal.of(user, groups)
+        )
 
     def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None) -> Any:
         """``llm`` wrapped so ragidx's context budget (these settings) runs before every call it makes
@@ -575,12 +695,19 @@ class Engine:
             relevance_floor=s.budget_relevance_floor,
         )
 
-    def as_chat_engine(self, *, session_id: str | None = None) -> Any:
+    def as_chat_engine(
+        self,
+        *,
+        session_id: str | None = None,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> Any:
         """The agent as a LlamaIndex ``BaseChatEngine``: one conversation, one ragidx session
-        (:class:`~ragidx.agent.chat_engine.RagChatEngine`)."""
+        (:class:`~ragidx.agent.chat_engine.RagChatEngine`); every turn with ``filters`` as ``user``/``groups``."""
         from ragidx.agent.chat_engine import RagChatEngine
 
-        return RagChatEngine(self, self.memory, session_id=session_id)
+        return RagChatEngine(self._asker(filters, user, groups), self.memory, session_id=session_id)
 
     def stats(self) -> dict[str, Any]:
         """Counts of articles and chunks (of this engine's tenant; without one, of no tenant), and where they live."""
@@ -610,6 +737,39 @@ class Engine:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+SCOPED_AGENTS = 32
+"""Agents kept for filtered or per-principal questions (each holds its scope's tool; the model is shared)."""
+
+
+class ScopedAsker:
+    """``Engine.ask`` and its streaming forms, bound to one scope: what the LlamaIndex query and chat engines
+    hold, so every question they pass on runs with these filters as this principal.
+
+    Example:
+        >>> asker = ScopedAsker(engine, None, Principal(user="ann"))  # doctest: +SKIP
+        >>> asker.ask("How do I file expenses?").citations            # doctest: +SKIP
+    """
+
+    def __init__(self, engine: Engine, filters: Any, principal: Principal) -> None:
+        self.engine = engine
+        self.scope: dict[str, Any] = {"filters": filters, "user": principal.user, "groups": principal.groups}
+
+    def ask(self, question: str, session_id: str | None = None) -> Any:
+        return self.engine.ask(question, session_id=session_id, **self.scope)
+
+    async def aask(self, question: str, session_id: str | None = None) -> Any:
+        return await self.engine.aask(question, session_id=session_id, **self.scope)
+
+    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[Any]:
+        return self.engine.stream_ask(question, session_id=session_id, **self.scope)
+
+    def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
+        return self.engine.astream_ask(question, session_id=session_id, **self.scope)
+
+    def __getattr__(self, name: str) -> Any:  # settings, memory ... of the engine
+        return getattr(self.engine, name)
 
 
 def _count_items(path: Path) -> int | None:

@@ -421,3 +421,47 @@ def test_ask_json_shows_the_guard_profile_and_what_fired(
     assert main(["--data-dir", scripted_kb, "ask", question, "--json"]) == 0
     enabled = json.loads(capsys.readouterr().out)
     assert enabled["guard_profile"]["enabled"] == ["ungrounded_names"] and enabled["not_found"]
+
+
+def test_search_and_ask_take_filters_and_a_principal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kb = tmp_path / "kb.jsonl"
+    lines = [
+        {
+            "id": "pub",
+            "title": "Printing labels",
+            "url": "u1",
+            "text": "Print labels with File New Labels.",
+            "product": "writer",
+            "version": 7,
+        },
+        {
+            "id": "hr",
+            "title": "Payroll slips",
+            "url": "u2",
+            "text": "Print payroll slips from the HR portal.",
+            "metadata": {"product": "O'Reilly's", "version": 8},
+            "allowed": ["group:hr"],
+        },
+    ]
+    kb.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    data = str(tmp_path / "data")
+    assert main(["--data-dir", data, "ingest", str(kb), "--quiet"]) == 0
+    capsys.readouterr()
+
+    def search(*extra: str) -> list[str]:
+        assert main(["--data-dir", data, "search", "print payroll slips", "--json", *extra]) == 0
+        return [r["kb_id"] for r in json.loads(capsys.readouterr().out)]
+
+    assert search() == ["pub"]
+    assert set(search("--group", "hr")) == {"pub", "hr"}
+    assert search("--group", "hr", "--filter", "product=O'Reilly's") == ["hr"]
+    assert search("--group", "hr", "--filter", "version>=8") == ["hr"]
+    assert search("--group", "hr", "--filter", "product in writer,calc") == ["pub"]
+    assert main(["--data-dir", data, "search", "print", "--filter", "version>=8"]) == 0
+    assert "no matching articles" in capsys.readouterr().out  # the only match is HR's
+    assert main(["--data-dir", data, "search", "print"]) == 0
+    assert "product: writer · version: 7" in capsys.readouterr().out  # each article's metadata is shown
+    assert main(["--data-dir", data, "search", "print", "--filter", "prodcut=x"]) == 2
+    assert "filterable fields are" in capsys.readouterr().err
+    assert main(["--data-dir", data, "ask", "payroll", "--filter", "version>="]) == 2
+    assert "key=value" in capsys.readouterr().err

@@ -158,8 +158,33 @@ def sidebar() -> Any:
         st.error(f"The engine could not be built: {type(exc).__name__}: {exc}")
         st.stop()
     st.session_state[ENGINE_KEY] = engine
+    _filter_input(bar)
     _kb_stats(engine)
     return engine
+
+
+FILTERS_KEY = "search_filters"
+"""Session-state key of the parsed sidebar filters (``MetadataFilters`` or None)."""
+
+
+def _filter_input(bar: Any) -> None:
+    """Metadata filters for every search of the chat, as ``ragidx search --filter`` writes them. The dashboard
+    asks as the public (articles that carry no principals): it has no sign-in to tell who is asking."""
+    from ragidx.stores.filters import parse_filters
+
+    text = bar.text_area(
+        "Filters (one per line)",
+        key="set_filters",
+        placeholder="product=writer\nversion>=7.4\nsource in docs,faq",
+        help="Only articles whose metadata matches every line: key=value, key!=value, key>=value (also >, <, <=), "
+        "key in a,b, key not in a,b. Applied inside the search, before its top-k.",
+    )
+    try:
+        st.session_state[FILTERS_KEY] = parse_filters(line for line in (text or "").splitlines() if line.strip())
+    except ValueError as exc:
+        bar.error(f"{exc}. Searching without filters until this is fixed.")
+        st.session_state[FILTERS_KEY] = None
+    bar.caption("Asking as: the public (articles without principals)")
 
 
 def _kb_stats(engine: Any) -> None:
@@ -206,8 +231,9 @@ def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
         if not text:
             placeholder.caption(f"· {progress.describe()}")
 
+    filters = st.session_state.get(FILTERS_KEY)
     stream = AnswerStream(
-        engine.stream_ask(question, session_id=session_id, progress=True),
+        engine.stream_ask(question, session_id=session_id, progress=True, filters=filters),
         on_progress=show,
         shown=engine.stream_filter(),
     )

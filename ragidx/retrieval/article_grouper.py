@@ -37,6 +37,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, MATCHED_SPANS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal
 
 __all__ = [
     "ARTICLE_FIELDS",
@@ -57,9 +58,9 @@ ARTICLE_FIELDS = ("kb_id", "title", "url", "language")
 
 
 class ArticleSource(Protocol):
-    """Where whole articles come from (``ArticleStore`` has this)."""
+    """Where whole articles come from (``ArticleStore`` has this): only those ``principal`` may read."""
 
-    def get(self, kb_ids: Sequence[str]) -> Mapping[str, Article]: ...
+    def get(self, kb_ids: Sequence[str], *, principal: Principal | None = None) -> Mapping[str, Article]: ...
 
 
 class ArticlesGroupedEvent(BaseEvent):
@@ -70,6 +71,7 @@ class ArticlesGroupedEvent(BaseEvent):
     kb_ids: list[str]
     scores: list[float]
     missing_kb_ids: list[str] = []
+    """Kept for compatibility, always empty: an article missing for a reader may be one it may not read."""
 
     @classmethod
     def class_name(cls) -> str:
@@ -230,19 +232,30 @@ class ArticleGrouper(BaseNodePostprocessor):
         return self.group(nodes, top_n=self.top_n, query=query_bundle.query_str if query_bundle else None)
 
     def group(
-        self, nodes: Sequence[NodeWithScore], top_n: int | None = None, query: str | None = None
+        self,
+        nodes: Sequence[NodeWithScore],
+        top_n: int | None = None,
+        query: str | None = None,
+        principal: Principal | None = None,
     ) -> list[NodeWithScore]:
-        """Group, load, rank. ``top_n`` overrides the configured article count for this call."""
+        """Group, load, rank. ``top_n`` overrides the configured article count for this call.
+
+        Articles are read as ``principal`` (None: the public): one it may not read is not loaded, whatever the
+        chunks said (the chunk search applies the same rule; this read is the second lock).
+        """
         nodes = self._of_this_tenant(nodes)
         groups = group_chunks(nodes)
         if self.score_threshold is not None:
             groups = [g for g in groups if g.score >= self.score_threshold]
         # Load a few spares so an article missing from the store does not shorten the answer.
         wanted = groups if top_n is None else groups[: top_n + 5]
-        loaded = self._articles.get([g.kb_id for g in wanted]) if wanted else {}
+        who = principal or PUBLIC_PRINCIPAL
+        loaded = self._articles.get([g.kb_id for g in wanted], principal=who) if wanted else {}
         missing = [g.kb_id for g in wanted if g.kb_id not in loaded]
-        if missing:  # this tenant's own ids (see _of_this_tenant): deleted or being written since the search
-            logger.warning("%d matched articles are not in the article store: %s", len(missing), missing[:5])
+        if missing:
+            # Counted, not named: an article the chunk index still had for this principal (its permissions
+            # changed between the two stores' writes) must not reach a log line either.
+            logger.warning("%d matched articles are not in the article store for this reader", len(missing))
         kept = [g for g in wanted if g.kb_id in loaded]
         if top_n is not None:
             kept = kept[:top_n]
@@ -265,7 +278,7 @@ class ArticleGrouper(BaseNodePostprocessor):
                 chunk_count=len(nodes),
                 kb_ids=[g.kb_id for g in kept],
                 scores=[g.score for g in kept],
-                missing_kb_ids=missing,
+                missing_kb_ids=[],  # not named (see the warning above): what a reader may not see stays unsaid
             )
         )
         logger.debug("grouped %d chunks into %d articles", len(nodes), len(out))

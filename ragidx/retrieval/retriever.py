@@ -10,6 +10,11 @@ The chain, each step a LlamaIndex component:
 4. optionally an article reranker (``FlashReranker``: an LLM reads the ``article_candidates`` best
    articles and picks the best ``top_k``), after which the ranks are recomputed in its order.
 
+Every call runs as a principal (``principal=``; the public when none is given) with optional metadata
+``filters``: both go into the chunk store's query as one predicate (``ragidx.stores.access.scoped_filters``),
+applied before its top-k on the dense and the keyword side, and the principal goes into the article store's
+read. The rerankers (chunk, flash) see only what that search returned.
+
 It returns ``Article`` objects, uncompressed, with ``rerank_score``, ``normalized_rank``,
 ``article_rank`` and ``matched_chunk_ids`` in their metadata. Nothing here counts tokens: the
 context budget downstream decides what fits.
@@ -33,15 +38,17 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
+    FilterCondition,
     MetadataFilters,
     VectorStoreQueryMode,
 )
 
 from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
+from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal, scoped_filters
 from ragidx.stores.fusion import FUSIONS, Fusion
 
-__all__ = ["ArticleRetriever", "SearchMode", "article_nodes"]
+__all__ = ["ArticleRetriever", "ScopedRetriever", "SearchMode", "article_nodes"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
@@ -126,37 +133,42 @@ class ArticleRetriever:
         self.article_reranker = article_reranker
         self.article_candidates = article_candidates
         self.grouper = ArticleGrouper(article_store, top_n=top_k, score_threshold=score_threshold)
-        self._chunk_retriever: BaseRetriever | None = None
+        self._index: Any | None = None
         self._lock = threading.Lock()
 
     # --- the chain, step by step -------------------------------------------------------------------
-    @property
-    def chunk_retriever(self) -> BaseRetriever:
-        """The LlamaIndex ``VectorIndexRetriever`` for the search step (built on first use)."""
-        if self._chunk_retriever is None:
+    def chunk_retriever(
+        self, filters: MetadataFilters | None = None, principal: Principal | None = None
+    ) -> BaseRetriever:
+        """The LlamaIndex ``VectorIndexRetriever`` for the search step, as ``principal`` (None: the public), with
+        the configured ``filters`` AND these ``filters`` (one per call: cheap, the index is built once)."""
+        if self._index is None:
             with self._lock:
-                if self._chunk_retriever is None:
+                if self._index is None:
                     from llama_index.core import VectorStoreIndex
 
-                    index = VectorStoreIndex.from_vector_store(self.chunk_store, embed_model=self.embed_model)
-                    self._chunk_retriever = index.as_retriever(
-                        similarity_top_k=self.candidate_chunks,
-                        sparse_top_k=self.candidate_chunks,
-                        vector_store_query_mode=_MODES[self.mode],
-                        alpha=self.alpha if self.mode == "hybrid" else None,
-                        filters=self.filters,
-                        # only stores that know the argument are told; relative score is every store's default
-                        vector_store_kwargs={"fusion": self.fusion} if self.fusion != "relative_score" else {},
-                    )
-        return self._chunk_retriever
+                    self._index = VectorStoreIndex.from_vector_store(self.chunk_store, embed_model=self.embed_model)
+        return self._index.as_retriever(
+            similarity_top_k=self.candidate_chunks,
+            sparse_top_k=self.candidate_chunks,
+            vector_store_query_mode=_MODES[self.mode],
+            alpha=self.alpha if self.mode == "hybrid" else None,
+            filters=scoped_filters(_both(self.filters, filters), principal),
+            # only stores that know the argument are told; relative score is every store's default
+            vector_store_kwargs={"fusion": self.fusion} if self.fusion != "relative_score" else {},
+        )
 
-    def search(self, query: str) -> list[NodeWithScore]:
-        """Step 1: candidate chunks, best first by the search score."""
-        return self.chunk_retriever.retrieve(_bundle(query))
+    def search(
+        self, query: str, *, filters: MetadataFilters | None = None, principal: Principal | None = None
+    ) -> list[NodeWithScore]:
+        """Step 1: candidate chunks ``principal`` may read that match ``filters``, best first by the search score."""
+        return self.chunk_retriever(filters, principal).retrieve(_bundle(query))
 
-    async def asearch(self, query: str) -> list[NodeWithScore]:
+    async def asearch(
+        self, query: str, *, filters: MetadataFilters | None = None, principal: Principal | None = None
+    ) -> list[NodeWithScore]:
         # Stores without native async (LanceDB) would block the event loop: run in a thread.
-        return await asyncio.to_thread(self.search, query)
+        return await asyncio.to_thread(self.search, query, filters=filters, principal=principal)
 
     def rerank(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[NodeWithScore]:
         """Step 2: rerank the candidates and keep ``rerank_top_n`` (at least ``top_k``)."""
@@ -170,9 +182,12 @@ class ArticleRetriever:
         out = await self.reranker.apostprocess_nodes(chunks, query_bundle=_bundle(query))
         return out[: self._rerank_keep(top_k)]
 
-    def group(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[Article]:
-        """Step 3: whole articles, ranked, with their rank metadata (the candidates, with an article reranker)."""
-        nodes = self.grouper.group(chunks, top_n=self._group_keep(top_k), query=query)
+    def group(
+        self, query: str, chunks: list[NodeWithScore], top_k: int | None = None, principal: Principal | None = None
+    ) -> list[Article]:
+        """Step 3: whole articles ``principal`` may read, ranked, with their rank metadata (the candidates, with
+        an article reranker)."""
+        nodes = self.grouper.group(chunks, top_n=self._group_keep(top_k), query=query, principal=principal)
         return [article_from_node(n) for n in nodes]
 
     def rerank_articles(self, query: str, articles: list[Article], top_k: int | None = None) -> list[Article]:
@@ -190,33 +205,57 @@ class ArticleRetriever:
 
     # --- the whole chain -----------------------------------------------------------------------------
     @dispatcher.span
-    def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+    def retrieve(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        filters: MetadataFilters | None = None,
+        principal: Principal | None = None,
+    ) -> list[Article]:
         """Articles for ``query``, best first, uncompressed, with ranks in their metadata.
 
         Args:
             query: the search text.
             top_k: articles to return; None uses the configured ``top_k``.
+            filters: LlamaIndex metadata filters (``product == "writer"``, ``version >= 7``), applied in the
+                store's search before its top-k.
+            principal: who asks; only articles it may read are searched and read (None: the public).
         """
         self._check(query, top_k)
-        chunks = self.search(query)
+        who = principal or PUBLIC_PRINCIPAL
+        chunks = self.search(query, filters=filters, principal=who)
         reranked = self.rerank(query, chunks, top_k)
-        articles = self.group(query, reranked, top_k)
+        articles = self.group(query, reranked, top_k, principal=who)
         if self.article_reranker is not None:
             articles = self.rerank_articles(query, articles, top_k)
         logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
         return articles
 
     @dispatcher.span
-    async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+    async def aretrieve(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        filters: MetadataFilters | None = None,
+        principal: Principal | None = None,
+    ) -> list[Article]:
         """Async ``retrieve``: the same chain; blocking store calls run in worker threads."""
         self._check(query, top_k)
-        chunks = await self.asearch(query)
+        who = principal or PUBLIC_PRINCIPAL
+        chunks = await self.asearch(query, filters=filters, principal=who)
         reranked = await self.arerank(query, chunks, top_k)
-        articles = await asyncio.to_thread(self.group, query, reranked, top_k)
+        articles = await asyncio.to_thread(self.group, query, reranked, top_k, who)
         if self.article_reranker is not None:
             articles = await self.arerank_articles(query, articles, top_k)
         logger.info("retrieved %d articles from %d chunks", len(articles), len(chunks))
         return articles
+
+    def scoped(self, filters: MetadataFilters | None = None, principal: Principal | None = None) -> ScopedRetriever:
+        """This chain bound to ``filters`` and ``principal``: what a tool, an agent or a LlamaIndex engine holds,
+        so every search it makes runs with them."""
+        return ScopedRetriever(self, filters, principal or PUBLIC_PRINCIPAL)
 
     def _rerank_keep(self, top_k: int | None) -> int:
         return max(self.rerank_top_n, self._group_keep(top_k))
@@ -231,6 +270,42 @@ class ArticleRetriever:
             raise ValueError("query must be a non-empty string")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1 (or None for the configured default), got {top_k}")
+
+
+class ScopedRetriever:
+    """An ``ArticleRetriever`` whose every call runs with one set of filters and one principal.
+
+    Example:
+        >>> view = retriever.scoped(principal=Principal(user="ann"))  # doctest: +SKIP
+        >>> view.retrieve("vacation policy", top_k=3)                  # doctest: +SKIP
+    """
+
+    def __init__(self, chain: ArticleRetriever, filters: MetadataFilters | None, principal: Principal) -> None:
+        self.chain = chain
+        self.filters = filters
+        self.principal = principal
+
+    @property
+    def top_k(self) -> int:
+        return self.chain.top_k
+
+    def retrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        return self.chain.retrieve(query, top_k, filters=self.filters, principal=self.principal)
+
+    async def aretrieve(self, query: str, top_k: int | None = None) -> list[Article]:
+        return await self.chain.aretrieve(query, top_k, filters=self.filters, principal=self.principal)
+
+    def __getattr__(self, name: str) -> Any:  # the chain's settings (mode, alpha, reranker ...) read through
+        return getattr(self.chain, name)
+
+
+def _both(a: MetadataFilters | None, b: MetadataFilters | None) -> MetadataFilters | None:
+    """``a`` AND ``b`` (either may be None)."""
+    if a is None or not a.filters:
+        return b
+    if b is None or not b.filters:
+        return a
+    return MetadataFilters(filters=[a, b], condition=FilterCondition.AND)
 
 
 def _bundle(query: str) -> QueryBundle:

@@ -18,6 +18,11 @@ lock per article (taken in one global order, so two claims never deadlock; a kil
 with its connection); on SQLite it is a lock on ``<file>.lock`` covering the whole store. Inside a claim
 the caller re-reads the ledger, so work another process finished meanwhile is not done twice.
 
+Permissions: an article's principals (``allowed`` in its metadata, :mod:`ragidx.stores.access`) are kept in a
+second table, one row per (tenant, kb_id, principal), written in the same transaction as the article (from
+its metadata, also on import), and every read of whole articles for a query takes the query's principal:
+``get(kb_ids, principal=...)`` returns only the articles it may read, filtered in the SQL itself.
+
 Tenants: a store is bound to one ``tenant`` (``None`` = no tenant); rows are keyed by (tenant, kb_id),
 so two tenants may use the same kb_id without seeing each other's articles or ledger.
 
@@ -66,6 +71,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from ragidx.article import Article
+from ragidx.stores.access import Principal, allowed_of
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +114,18 @@ def _table(name: str) -> Table:
         PrimaryKeyConstraint("tenant", "kb_id", name=f"{name}_pkey"),
         Index(f"{name}_tenant_source", "tenant", "source"),
         Index(f"{name}_tenant_state", "tenant", "state"),
+    )
+
+
+def _access_table(name: str, metadata: MetaData) -> Table:
+    """Who may read each article: one row per principal; an article without rows is public."""
+    return Table(
+        f"{name}_access",
+        metadata,
+        Column("tenant", Text, nullable=False),
+        Column("kb_id", Text, nullable=False),
+        Column("principal", Text, nullable=False),
+        PrimaryKeyConstraint("tenant", "kb_id", "principal", name=f"{name}_access_pkey"),
     )
 
 
@@ -157,6 +175,7 @@ class ArticleStore:
         self.retry_delays_s = tuple(retry_delays_s)
         self.is_postgres = self.url.get_backend_name() == "postgresql"
         self.table = _table(POSTGRES_TABLE if self.is_postgres else SQLITE_TABLE)
+        self.access = _access_table(self.table.name, self.table.metadata)
         self._tenant_value = self.tenant or ""
         self._engine: Engine | None = None
         self._lock = threading.RLock()
@@ -370,7 +389,27 @@ class ArticleStore:
             for a in articles
         ]
         if rows:
-            self._write("saving articles", lambda conn: conn.execute(self._upsert(rows), rows), _conn)
+
+            def run(conn: Connection) -> None:
+                conn.execute(self._upsert(rows), rows)
+                self._write_access(conn, rows)
+
+            self._write("saving articles", run, _conn)
+
+    def _write_access(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        """Replace the principals of these article rows with the ones their metadata allows."""
+        a = self.access
+        for tenant in {r["tenant"] for r in rows}:
+            ids = [r["kb_id"] for r in rows if r["tenant"] == tenant]
+            for batch in _batches(ids, 500):
+                conn.execute(a.delete().where(a.c.tenant == tenant, a.c.kb_id.in_(batch)))
+        grants = [
+            {"tenant": r["tenant"], "kb_id": r["kb_id"], "principal": name}
+            for r in rows
+            for name in allowed_of(json.loads(r["metadata_json"] or "{}"))
+        ]
+        if grants:
+            conn.execute(a.insert(), grants)
 
     def mark_indexed(self, chunk_counts: dict[str, int], *, _conn: Connection | None = None) -> None:
         t = self.table
@@ -420,8 +459,10 @@ class ArticleStore:
         t = self.table
 
         def run(conn: Connection) -> None:
+            a = self.access
             for batch in _batches(kb_ids, 500):
                 conn.execute(t.delete().where(self._mine(), t.c.kb_id.in_(batch)))
+                conn.execute(a.delete().where(a.c.tenant == self._tenant_value, a.c.kb_id.in_(batch)))
 
         if kb_ids:
             self._write("deleting articles", run, _conn)
@@ -479,20 +520,53 @@ class ArticleStore:
             yield
 
     # --- reads ---------------------------------------------------------------------------------------
-    def get(self, kb_ids: Sequence[str]) -> dict[str, Article]:
+    def get(self, kb_ids: Sequence[str], *, principal: Principal | None = None) -> dict[str, Article]:
+        """The stored articles among ``kb_ids``, by kb_id.
+
+        Args:
+            kb_ids: the articles wanted; those not stored (or not readable) are absent from the result.
+            principal: whom the read is for (every query passes one: :class:`Principal` ``()`` is the public);
+                only the articles it may read are read, by the SQL itself. None: every article, for
+                ingestion and maintenance, never for an answer.
+        """
         t = self.table
         cols = (t.c.kb_id, t.c.title, t.c.url, t.c.language, t.c.content, t.c.metadata_json)
+        readable = self._readable_by(principal) if principal is not None else None
 
         def run(conn: Connection) -> dict[str, Article]:
             out: dict[str, Article] = {}
             for batch in _batches(list(dict.fromkeys(kb_ids)), 500):
-                for kb_id, title, url, language, content, meta in conn.execute(
-                    select(*cols).where(self._mine(), t.c.kb_id.in_(batch))
-                ):
+                stmt = select(*cols).where(self._mine(), t.c.kb_id.in_(batch))
+                if readable is not None:
+                    stmt = stmt.where(readable)
+                for kb_id, title, url, language, content, meta in conn.execute(stmt):
                     out[kb_id] = Article(kb_id, title, url, content, language, json.loads(meta))
             return out
 
         return self._read("reading articles", run) if kb_ids else {}
+
+    def _readable_by(self, principal: Principal) -> Any:
+        """The SQL condition: the article has no principals, or one of ``principal``'s names among them."""
+        t, a = self.table, self.access
+        own = (a.c.tenant == t.c.tenant) & (a.c.kb_id == t.c.kb_id)
+        public = ~select(a.c.kb_id).where(own).exists()
+        if principal.is_public:
+            return public
+        allowed = select(a.c.kb_id).where(own, a.c.principal.in_(list(principal.principals))).exists()
+        return public | allowed
+
+    def stored_metadata(self, kb_ids: Sequence[str], *, _conn: Connection | None = None) -> dict[str, dict[str, Any]]:
+        """kb_id → the metadata stored with the article (to tell a metadata-only change on re-ingest)."""
+        t = self.table
+
+        def run(conn: Connection) -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for batch in _batches(kb_ids, 500):
+                rows = conn.execute(select(t.c.kb_id, t.c.metadata_json).where(self._mine(), t.c.kb_id.in_(batch)))
+                out.update({r[0]: json.loads(r[1] or "{}") for r in rows})
+            return out
+
+        return self._read("reading the ledger", run, _conn)
 
     def count(self, state: str | None = None) -> int:
         t = self.table
@@ -541,6 +615,7 @@ class ArticleStore:
             todo = [r for r in rows if have.get((r["tenant"], r["kb_id"]), float("-inf")) < r["updated_at"]]
             if todo:
                 conn.execute(self._upsert(todo, only_if_newer=True), todo)
+                self._write_access(conn, todo)  # the principals travel with the article, from its metadata
             return len(todo)
 
         return self._write("importing articles", run)
@@ -568,6 +643,9 @@ class Claim:
 
     def delete(self, kb_ids: Sequence[str]) -> None:
         self.store.delete(kb_ids, _conn=self._conn)
+
+    def stored_metadata(self, kb_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return self.store.stored_metadata(kb_ids, _conn=self._conn)
 
     def ensure_held(self) -> None:
         """Raise ``ArticleStoreUnavailable`` if the claim was lost (call before writing chunks)."""

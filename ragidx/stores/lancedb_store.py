@@ -17,7 +17,15 @@ hybrid query of every process and after every ``add``, ignores ``alpha``, return
   ``alpha`` (1.0 = vector only, 0.0 = keyword only), the same formula Weaviate uses, so ``alpha``
   means the same on both backends; ``query(..., fusion="rrf")`` fuses by reciprocal rank instead
   (Weaviate's ``rankedFusion``);
-- filters are translated with quoting and support ==, !=, <, >, <=, >=, in, nin and nested AND/OR.
+- filters are translated with quoting and support ==, !=, <, >, <=, >=, in, nin, any, all, contains and
+  nested AND/OR/NOT, applied inside the search (``prefilter``) on the dense and the full-text side alike, so
+  a narrow filter still returns its best k;
+- metadata is declared filterable with types: each article metadata field whose name is lower-case
+  ``[a-z_][a-z0-9_]*`` gets a typed column ``meta_<name>`` (string, int64, float64, bool or list of strings),
+  added to the table the first time an article carries it; article permissions are the ``allowed``
+  (list of principals) and ``public`` columns (:mod:`ragidx.stores.access`), indexed (LABEL_LIST, BITMAP);
+- an article's metadata and permissions are updated in place (:meth:`LanceDBChunkStore.update_article_metadata`):
+  a changed ACL takes effect without embedding anything again.
 
 Example:
     >>> store = LanceDBChunkStore(uri="/tmp/kb/lancedb")  # opens lazily
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -51,12 +60,30 @@ from llama_index.core.vector_stores.types import (
 from pydantic import Field, PrivateAttr
 
 from ragidx.language import detect_language
+from ragidx.stores.access import ALLOWED, PUBLIC, allowed_of
 from ragidx.stores.fusion import FUSIONS, fuse
 from ragidx.terms import TERMS_FORMAT, terms
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ("id", "kb_id", "chunk_no", "text", "title", "url", "language", "tenant", "metadata_json")
+COLUMNS = (
+    "id",
+    "kb_id",
+    "chunk_no",
+    "text",
+    "title",
+    "url",
+    "language",
+    "tenant",
+    "metadata_json",
+    "article_metadata_json",
+)
+CHUNK_KEYS = frozenset({"kb_id", "chunk_no", "title", "url", "language", "tenant"})
+"""Metadata a chunk has of its own; every other key is the article's (the same on all of its chunks)."""
+ARTICLE_METADATA_COLUMN = "article_metadata_json"
+META_PREFIX = "meta_"
+FILTERABLE_KEY = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""Article metadata names that get a typed, filterable column (others are kept, not filterable)."""
 TERMS_COLUMN = "terms"
 TERMS_FORMAT_KEY = b"ragidx.terms_format"
 EMBED_MODEL_KEY = b"ragidx.embed_model"
@@ -124,7 +151,34 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 db = self._connect()
                 if self.table_name in db.table_names():
                     self._table = db.open_table(self.table_name)
+                    self._add_access_columns(self._table)
             return self._table
+
+    def _add_access_columns(self, table: Any) -> None:
+        """A table written before permissions gets them: every chunk in it is public, as it was."""
+        names = set(table.schema.names)
+        if PUBLIC not in names:
+            logger.warning("table %r predates permissions: its chunks are marked public", self.table_name)
+            table.add_columns({PUBLIC: "true"})
+        missing = [
+            pa.field(name, kind)
+            for name, kind in ((ALLOWED, pa.list_(pa.string())), (ARTICLE_METADATA_COLUMN, pa.string()))
+            if name not in names
+        ]
+        if missing:
+            table.add_columns(missing)
+
+    def metadata_fields(self) -> dict[str, str]:
+        """The filterable fields and their types: the fixed ones, and each article metadata field a column holds.
+
+        Example:
+            >>> LanceDBChunkStore(uri="/tmp/empty-kb").metadata_fields()["kb_id"]  # doctest: +SKIP
+            'string'
+        """
+        table = self._open()
+        if table is None:
+            return {}
+        return {key: _type_name(kind) for key, (_, kind) in _filter_columns(table.schema).items()}
 
     def _schema(self, dim: int) -> pa.Schema:
         metadata = {TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()}
@@ -141,6 +195,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 pa.field("language", pa.string()),
                 pa.field("tenant", pa.string()),
                 pa.field("metadata_json", pa.string()),
+                pa.field(ARTICLE_METADATA_COLUMN, pa.string()),
+                pa.field(ALLOWED, pa.list_(pa.string())),
+                pa.field(PUBLIC, pa.bool_()),
                 pa.field("vector", pa.list_(pa.float32(), dim)),
                 pa.field(TERMS_COLUMN, pa.string()),
             ],
@@ -219,15 +276,46 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         with self._lock:
             table = self._open()
             if table is None:
+                schema = self._schema(dim)
+                schema = _with_meta_fields(schema, rows)
                 self._table = self._connect().create_table(
-                    self.table_name, data=rows, schema=self._schema(dim), mode="create"
+                    self.table_name, data=_arrow_rows(rows, schema), schema=schema, mode="create"
                 )
             else:
                 self._check_dim(table, dim)
                 if self._rebuild_terms(table):  # written by an older ragidx: give it the terms column first
                     table = self._table
-                table.add(rows)
+                table.add(_arrow_rows(rows, self._declare_meta(table, rows)))
         return [r["id"] for r in rows]
+
+    def _declare_meta(self, table: Any, rows: Sequence[dict[str, Any]]) -> pa.Schema:
+        """Add a typed column for each article metadata field these rows carry that the table has not yet."""
+        schema = _with_meta_fields(table.schema, rows)
+        new = [schema.field(n) for n in schema.names if n not in table.schema.names]
+        if new:
+            logger.info("filterable metadata fields added: %s", ", ".join(f.name[len(META_PREFIX) :] for f in new))
+            table.add_columns(new)
+        return table.schema
+
+    def update_article_metadata(self, metadata: dict[str, dict[str, Any]]) -> dict[str, int]:
+        """Give the chunks of these articles (kb_id → the article's metadata) their new metadata and permissions,
+        in place: vectors and text are kept, nothing is embedded again. Returns kb_id → chunks updated."""
+        table = self._open()
+        if table is None or not metadata:
+            return {}
+        updated: dict[str, int] = {}
+        with self._lock:
+            rows = [{**_article_columns(meta), "kb_id": kb_id} for kb_id, meta in metadata.items()]
+            schema = self._declare_meta(table, rows)
+            meta_columns = [n for n in schema.names if n.startswith(META_PREFIX)]
+            tenant = self._tenant_sql()
+            for row in rows:
+                values = {name: _coerce(row.get(name), schema.field(name).type) for name in meta_columns}
+                values.update({k: row[k] for k in (ARTICLE_METADATA_COLUMN, ALLOWED, PUBLIC)})
+                where = f"kb_id = {sql_literal(row['kb_id'])}"
+                result = table.update(where=where if tenant is None else f"{where} AND {tenant}", values=values)
+                updated[row["kb_id"]] = int(getattr(result, "rows_updated", 0) or 0)
+        return updated
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         self.delete_articles([ref_doc_id])
@@ -251,7 +339,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         if node_ids:
             clauses.append(f"id IN ({', '.join(sql_literal(i) for i in node_ids)})")
         if filters is not None:
-            clauses.append(filters_to_sql(filters))
+            clauses.append(filters_to_sql(filters, _filter_columns(table.schema)))
         if clauses:
             table.delete(self._scoped(" AND ".join(f"({c})" for c in clauses)))
 
@@ -309,6 +397,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 )
             if ("kb_id",) not in columns_indexed:
                 table.create_scalar_index("kb_id", index_type="BTREE")
+            # Permissions are in every query's filter: indexed, so the prefilter reads no rows for them.
+            if (ALLOWED,) not in columns_indexed:
+                table.create_scalar_index(ALLOWED, index_type="LABEL_LIST")
+            if (PUBLIC,) not in columns_indexed:
+                table.create_scalar_index(PUBLIC, index_type="BITMAP")
             rows = table.count_rows()
             if ("vector",) not in columns_indexed and rows >= VECTOR_INDEX_MIN_ROWS:
                 table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
@@ -382,7 +475,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         if node_ids is not None:
             clauses.append(f"id IN ({', '.join(sql_literal(i) for i in node_ids)})" if node_ids else "false")
         if filters is not None:
-            clauses.append(filters_to_sql(filters))
+            clauses.append(filters_to_sql(filters, _filter_columns(table.schema)))
         where = self._scoped(" AND ".join(f"({c})" for c in clauses) or None)
         query = table.search().select(list(COLUMNS))
         if where:
@@ -399,7 +492,7 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         table = self._open()
         if table is None or table.count_rows() == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        where = self._scoped(filters_to_sql(query.filters) if query.filters else None)
+        where = self._scoped(filters_to_sql(query.filters, _filter_columns(table.schema)) if query.filters else None)
         k = query.hybrid_top_k or query.similarity_top_k
         mode = query.mode
         if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.SPARSE) or (
@@ -473,6 +566,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     def _node_to_row(node: BaseNode) -> dict[str, Any]:
         meta = dict(node.metadata)
         embedding = node.get_embedding()
+        own = {k: v for k, v in meta.items() if k in CHUNK_KEYS}
+        article = {k: v for k, v in meta.items() if k not in CHUNK_KEYS}
         return {
             "id": node.node_id,
             "kb_id": str(meta.get("kb_id") or node.ref_doc_id or ""),
@@ -482,7 +577,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             "url": str(meta.get("url", "")),
             "language": str(meta.get("language") or ""),
             "tenant": str(meta.get("tenant") or ""),
-            "metadata_json": json.dumps(meta, ensure_ascii=False),
+            "metadata_json": json.dumps(own, ensure_ascii=False),
+            **_article_columns(article),
             "vector": [float(x) for x in embedding],
             TERMS_COLUMN: chunk_terms(str(meta.get("title", "")), node.get_content(), meta.get("language")),
         }
@@ -490,9 +586,105 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     @staticmethod
     def _row_to_node(row: dict[str, Any]) -> TextNode:
         meta = json.loads(row.get("metadata_json") or "{}")
+        meta.update(json.loads(row.get(ARTICLE_METADATA_COLUMN) or "{}"))
         node = TextNode(id_=row["id"], text=row["text"], metadata=meta)
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=row["kb_id"])
         return node
+
+
+def _article_columns(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The columns an article's metadata fills: all of it as JSON, its permissions, and a ``meta_<name>``
+    value for each filterable field (a scalar, or a list of strings)."""
+    article = {k: v for k, v in metadata.items() if k not in CHUNK_KEYS}
+    allowed = allowed_of(article)
+    row: dict[str, Any] = {
+        ARTICLE_METADATA_COLUMN: json.dumps(article, ensure_ascii=False),
+        ALLOWED: list(allowed) or None,  # None, not []: Lance cannot write an empty list in an update
+        PUBLIC: not allowed,
+    }
+    for key, value in article.items():
+        if key == ALLOWED or not FILTERABLE_KEY.fullmatch(key) or _arrow_type(value) is None:
+            continue
+        row[META_PREFIX + key] = value
+    return row
+
+
+def _arrow_type(value: Any) -> pa.DataType | None:
+    """The column type a metadata value declares; None: not filterable (a dict, a list of non-strings)."""
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, str):
+        return pa.string()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return pa.list_(pa.string())
+    return None
+
+
+def _with_meta_fields(schema: pa.Schema, rows: Sequence[dict[str, Any]]) -> pa.Schema:
+    """``schema`` plus a column for each ``meta_`` field of ``rows`` it lacks, typed by the first value seen
+    (int and float together: float)."""
+    found: dict[str, pa.DataType] = {}
+    for row in rows:
+        for name, value in row.items():
+            if not name.startswith(META_PREFIX) or name in schema.names or value is None:
+                continue
+            kind = _arrow_type(value)
+            if kind is None:
+                continue
+            seen = found.get(name)
+            if seen is None or (pa.types.is_integer(seen) and pa.types.is_floating(kind)):
+                found[name] = kind
+    for name, kind in sorted(found.items()):
+        schema = schema.append(pa.field(name, kind))
+    return schema
+
+
+def _coerce(value: Any, kind: pa.DataType) -> Any:
+    """``value`` as a ``kind`` column holds it, or None (kept in the article's metadata, not filterable) if it
+    is not one: a field declared a number by its first article stays a number."""
+    if value is None:
+        return None
+    try:
+        if pa.types.is_boolean(kind):
+            return value if isinstance(value, bool) else _parse_bool(value)
+        if pa.types.is_integer(kind):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if pa.types.is_floating(kind):
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if pa.types.is_list(kind):
+            return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        if isinstance(value, (list, tuple, dict)):
+            raise ValueError(value)
+        return str(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_bool(value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
+def _arrow_rows(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows as a table of ``schema``: each value coerced to its column's type, missing ones null."""
+    meta = {n for n in schema.names if n.startswith(META_PREFIX)}
+    columns = {
+        name: [_coerce(r.get(name), schema.field(name).type) if name in meta else r.get(name) for r in rows]
+        for name in schema.names
+    }
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 class EmbeddingMismatch(ValueError):
@@ -532,6 +724,19 @@ def chunk_terms(title: str | None, text: str | None, language: str | None) -> st
 
 # --- SQL filters ---------------------------------------------------------------------------------
 FILTERABLE_COLUMNS = {"kb_id", "chunk_no", "title", "url", "language", "tenant", "id"}
+_FIXED_TYPES: dict[str, pa.DataType] = {
+    "id": pa.string(),
+    "kb_id": pa.string(),
+    "chunk_no": pa.int32(),
+    "title": pa.string(),
+    "url": pa.string(),
+    "language": pa.string(),
+    "tenant": pa.string(),
+    ALLOWED: pa.list_(pa.string()),
+    PUBLIC: pa.bool_(),
+}
+FilterColumns = dict[str, tuple[str, pa.DataType]]
+"""A filter key → (the column it reads, the column's type)."""
 _SQL_OPS = {
     FilterOperator.EQ: "=",
     FilterOperator.NE: "!=",
@@ -540,6 +745,28 @@ _SQL_OPS = {
     FilterOperator.GTE: ">=",
     FilterOperator.LTE: "<=",
 }
+
+
+def _filter_columns(schema: pa.Schema | None) -> FilterColumns:
+    """What a filter may name in a table of ``schema``: the fixed fields and each ``meta_`` column's field."""
+    columns: FilterColumns = {k: (k, t) for k, t in _FIXED_TYPES.items()}
+    if schema is not None:
+        for name in schema.names:
+            if name.startswith(META_PREFIX):
+                columns.setdefault(name[len(META_PREFIX) :], (name, schema.field(name).type))
+    return columns
+
+
+def _type_name(kind: pa.DataType) -> str:
+    if pa.types.is_list(kind):
+        return "list[string]"
+    if pa.types.is_integer(kind):
+        return "int"
+    if pa.types.is_floating(kind):
+        return "float"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    return "string"
 
 
 def sql_literal(value: Any) -> str:
@@ -551,14 +778,19 @@ def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def filters_to_sql(filters: MetadataFilters) -> str:
-    """Translate LlamaIndex filters (nested allowed) to a LanceDB SQL predicate."""
+def filters_to_sql(filters: MetadataFilters, columns: FilterColumns | None = None) -> str:
+    """Translate LlamaIndex filters (nested allowed) to a LanceDB SQL predicate.
+
+    ``columns`` (from the table's schema) says which fields exist and their types; values are converted to
+    the column's type (``"7"`` for an int field is 7) and quoted. Without it, the fixed fields only.
+    """
+    columns = columns if columns is not None else _filter_columns(None)
     parts: list[str] = []
     for f in filters.filters:
         if isinstance(f, MetadataFilters):
-            parts.append(f"({filters_to_sql(f)})")
+            parts.append(f"({filters_to_sql(f, columns)})")
         else:
-            parts.append(_filter_to_sql(f))
+            parts.append(_filter_to_sql(f, columns))
     if not parts:
         return "TRUE"
     joiner = " OR " if filters.condition == FilterCondition.OR else " AND "
@@ -568,17 +800,74 @@ def filters_to_sql(filters: MetadataFilters) -> str:
     return expr
 
 
-def _filter_to_sql(f: MetadataFilter) -> str:
-    if f.key not in FILTERABLE_COLUMNS:
-        raise ValueError(f"cannot filter on {f.key!r}: filterable fields are {', '.join(sorted(FILTERABLE_COLUMNS))}")
-    if f.operator in _SQL_OPS:
-        return f"{f.key} {_SQL_OPS[f.operator]} {sql_literal(f.value)}"
-    if f.operator in (FilterOperator.IN, FilterOperator.NIN):
-        values = f.value if isinstance(f.value, list) else [f.value]
+def _filter_to_sql(f: MetadataFilter, columns: FilterColumns) -> str:
+    if f.key not in columns:
+        known = ", ".join(sorted(k for k in columns if k not in (ALLOWED, PUBLIC)))
+        raise ValueError(f"cannot filter on {f.key!r}: no article carries it; filterable fields are {known}")
+    column, kind = columns[f.key]
+    op = f.operator
+    if op == FilterOperator.IS_EMPTY:
+        if pa.types.is_string(kind):
+            return f"({column} IS NULL OR {column} = '')"
+        return f"({column} IS NULL)"
+    values = f.value if isinstance(f.value, list) else [f.value]
+    if pa.types.is_list(kind):
+        items = ", ".join(sql_literal(_filter_value(f, str, v)) for v in values)
+        if op in (FilterOperator.EQ, FilterOperator.CONTAINS, FilterOperator.IN, FilterOperator.ANY):
+            return f"array_has_any({column}, [{items}])" if items else "FALSE"
+        if op == FilterOperator.ALL:
+            return f"array_has_all({column}, [{items}])" if items else "TRUE"
+        if op in (FilterOperator.NE, FilterOperator.NIN):
+            return f"({column} IS NULL OR NOT array_has_any({column}, [{items}]))" if items else "TRUE"
+        raise ValueError(f"filter {f.key!r} holds a list: use ==, !=, in, nin, any, all or contains, not {op.value!r}")
+    convert = _python_type(kind)
+    if op in (FilterOperator.IN, FilterOperator.NIN, FilterOperator.ANY):
         if not values:
-            return "FALSE" if f.operator == FilterOperator.IN else "TRUE"
-        op = "IN" if f.operator == FilterOperator.IN else "NOT IN"
-        return f"{f.key} {op} ({', '.join(sql_literal(v) for v in values)})"
-    if f.operator == FilterOperator.IS_EMPTY:
-        return f"({f.key} IS NULL OR {f.key} = '')"
-    raise ValueError(f"filter operator {f.operator.value!r} is not supported by the LanceDB store")
+            return "FALSE" if op != FilterOperator.NIN else "TRUE"
+        items = ", ".join(sql_literal(_filter_value(f, convert, v)) for v in values)
+        if op == FilterOperator.NIN:
+            return f"({column} IS NULL OR {column} NOT IN ({items}))"
+        return f"{column} IN ({items})"
+    if op in _SQL_OPS:
+        if isinstance(f.value, list):
+            raise ValueError(f"filter {f.key!r} {op.value}: one value, not a list (use 'in' for several)")
+        literal = sql_literal(_filter_value(f, convert, f.value))
+        if op == FilterOperator.NE:  # an article without the field is not equal to the value either
+            return f"({column} IS NULL OR {column} != {literal})"
+        return f"{column} {_SQL_OPS[op]} {literal}"
+    raise ValueError(f"filter operator {op.value!r} is not supported by the LanceDB store")
+
+
+def _python_type(kind: pa.DataType) -> Any:
+    if pa.types.is_boolean(kind):
+        return bool
+    if pa.types.is_integer(kind):
+        return int
+    if pa.types.is_floating(kind):
+        return float
+    return str
+
+
+def _filter_value(f: MetadataFilter, convert: Any, value: Any) -> Any:
+    """A filter value as its column's type, or a clear error (``version>=abc`` on a number field)."""
+    if value is None:
+        raise ValueError(f"filter {f.key!r}: no value given")
+    try:
+        if convert is bool:
+            return value if isinstance(value, bool) else _parse_bool(value)
+        if convert is int and not isinstance(value, bool):  # 7.5 against an int field compares as a number
+            number = float(value) if isinstance(value, str) and not value.strip().lstrip("+-").isdigit() else value
+            if isinstance(number, float):
+                if number != number or number in (float("inf"), float("-inf")):
+                    raise ValueError(value)
+                return int(number) if number.is_integer() else number
+            return int(number)
+        if convert is float:
+            number = float(value)
+            if number != number or number in (float("inf"), float("-inf")):
+                raise ValueError(value)
+            return number
+        return convert(value)
+    except (TypeError, ValueError):
+        kind = {bool: "true or false", int: "a number", float: "a number"}.get(convert, "a string")
+        raise ValueError(f"filter {f.key!r}: {value!r} is not {kind}, which this field holds") from None

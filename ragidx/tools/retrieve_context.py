@@ -29,8 +29,10 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from llama_index.core.tools import FunctionTool
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from ragidx.article import MATCHED_CHUNKS, Article, SearchResult
+from ragidx.stores.access import Principal
 from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
@@ -99,7 +101,13 @@ def _coerce_top_k(top_k: Any) -> int | None:
     return value
 
 
-def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | None = None) -> FunctionTool:
+def make_retrieve_context_tool(
+    retriever: ArticleSearch,
+    cap: RetrievalCap | None = None,
+    *,
+    filters: MetadataFilters | None = None,
+    principal: Principal | None = None,
+) -> FunctionTool:
     """A LlamaIndex ``FunctionTool`` named ``retrieve_context`` over ``retriever`` (sync and async).
 
     Its ``ToolOutput.raw_output`` is the ``SearchResult`` (the articles as objects, for the agent) and
@@ -108,12 +116,20 @@ def make_retrieve_context_tool(retriever: ArticleSearch, cap: RetrievalCap | Non
     Args:
         retriever: returns ranked ``Article`` objects (``ArticleRetriever``).
         cap: when given, the article count is lowered to ``cap.limit(top_k)`` on every call.
+        filters: metadata filters every search of the tool runs with; the model cannot change them.
+        principal: whom every search runs as (None: the public); the model cannot change it either.
 
     Example:
         >>> tool = make_retrieve_context_tool(retriever, cap=RetrievalCap())  # doctest: +SKIP
         >>> tool.metadata.name                                               # doctest: +SKIP
         'retrieve_context'
     """
+
+    if filters is not None or principal is not None:
+        scoped = getattr(retriever, "scoped", None)
+        if scoped is None:
+            raise TypeError(f"{type(retriever).__name__} cannot search with filters or as a principal (no scoped())")
+        retriever = scoped(filters, principal)
 
     def _prepare(query: Any, top_k: Any) -> tuple[str, int]:
         if not isinstance(query, str) or not query.strip():

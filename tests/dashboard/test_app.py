@@ -305,3 +305,14 @@ def test_evaluation_page_says_what_is_wrong_with_a_questions_file(dashboard_env:
     at.text_input(key="answers_file").set_value(str(bad))
     at.button(key="run_answers").click().run()
     assert "bad.jsonl:1: not JSON" in at.error[0].value and not at.dataframe
+
+
+def test_sidebar_filters_scope_the_chats_searches(kb_dir: Path) -> None:
+    at = start()
+    at.text_area(key="set_filters").set_value("kb_id=no-such-article").run()
+    assert not at.exception, at.exception
+    ask(at, "How do I create a table of contents?")
+    assistant = at.chat_message[1]
+    assert not any(f"“{TOC}”" in m.value for m in assistant.markdown)  # nothing matches the filter: no source
+    at.text_area(key="set_filters").set_value("version>=").run()
+    assert any("key=value" in e.value for e in at.sidebar.error)  # a bad line says how to write one

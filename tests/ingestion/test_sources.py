@@ -98,3 +98,12 @@ def test_unsupported_or_missing_path_raises_with_what_to_do(tmp_path: Path) -> N
 def test_html_to_text_keeps_blocks_apart() -> None:
     title, text = html_to_text("<title>T</title><p>one</p><p>two</p>")
     assert (title, text) == ("T", "one\n\ntwo")
+
+
+def test_jsonl_metadata_object_and_extra_keys_are_the_articles_metadata(tmp_path: Path) -> None:
+    line = good(1, product="writer", metadata={"version": 7.4, "product": "calc"}, allowed=["group:hr"])
+    path = write_lines(tmp_path / "kb.jsonl", [line, good(2, metadata="not an object")])
+    a, bad = list(read_source(path))
+    assert isinstance(a, Article)
+    assert a.metadata == {"version": 7.4, "product": "writer", "allowed": ["group:hr"]}  # top level wins
+    assert isinstance(bad, SourceError) and bad.line == 2 and "'metadata' must be a JSON object" in bad.reason

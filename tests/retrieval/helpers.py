@@ -10,6 +10,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from ingestion.pipeline import Ingestor
 from ragidx.article import Article
+from ragidx.stores.access import Principal, allowed_of
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.lancedb_store import LanceDBChunkStore
 from tests.fakes.hash_embedding import HashEmbedding
@@ -38,15 +39,21 @@ def snapshot(nodes: Sequence[NodeWithScore]) -> list[tuple[str, float | None, di
 
 
 class DictArticles:
-    """An article source backed by a dict; records what was asked for."""
+    """An article source backed by a dict; records what was asked for, and as whom (the principal's rule)."""
 
     def __init__(self, articles: Sequence[Article]) -> None:
         self.articles = {a.kb_id: a for a in articles}
         self.requests: list[list[str]] = []
+        self.principals: list[Principal | None] = []
 
-    def get(self, kb_ids: Sequence[str]) -> Mapping[str, Article]:
+    def get(self, kb_ids: Sequence[str], *, principal: Principal | None = None) -> Mapping[str, Article]:
         self.requests.append(list(kb_ids))
-        return {k: self.articles[k] for k in kb_ids if k in self.articles}
+        self.principals.append(principal)
+        return {
+            k: self.articles[k]
+            for k in kb_ids
+            if k in self.articles and (principal is None or principal.may_read(allowed_of(self.articles[k].metadata)))
+        }
 
 
 def article(kb_id: str, content: str = "", title: str = "") -> Article:

@@ -239,11 +239,12 @@ def test_a_dropped_connection_mid_transaction_is_retried_and_nothing_is_half_wri
     ids = [f"k{i}" for i in range(1200)]
     ArticleStore(pg_url).save_pending([Article(k, "t", "u", "x") for k in ids])
 
-    # Deleting 1200 rows is three DELETE statements in one transaction; the connection dies before the 2nd.
+    # Deleting 1200 rows is six DELETE statements in one transaction (three batches of articles, each with its
+    # principals); the connection dies before the 2nd.
     store = ArticleStore(pg_url, retry_delays_s=(0.05,))
     seen = terminate_on(store, postgres_server, "DELETE", nth=2, times=1)
     store.delete(ids)  # retried on a new connection, whole
-    assert store.count() == 0 and seen[0] == 5  # 2 statements of the lost try, 3 of the retry
+    assert store.count() == 0 and seen[0] == 8  # 2 statements of the lost try, 6 of the retry
 
     # Without a retry left: a clear error, and the first batch's delete was rolled back with the rest.
     ArticleStore(pg_url).save_pending([Article(k, "t", "u", "x") for k in ids])

@@ -245,3 +245,65 @@ def test_a_store_of_no_tenant_sees_searches_counts_and_deletes_only_tenant_less_
     assert len(public.get_nodes()) == 2
     public.delete_articles(["tables"])  # its own "tables", not acme's
     assert (public.count(), acme.count()) == (1, 1)
+
+
+# --- metadata, filters and permissions ------------------------------------------------------------------
+def test_article_metadata_gets_typed_filterable_columns_and_values_are_converted(tmp_path: Path) -> None:
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.add([node("a", TEXTS["tables"], product="writer", version=7, tags=["new"], nested={"x": 1})])
+    s.add([node("b", TEXTS["print"], product="O'Reilly", version=8, Product="ignored: upper case")])
+    s.finalize()
+    assert {"product": "string", "version": "int", "tags": "list[string]"}.items() <= s.metadata_fields().items()
+    assert "nested" not in s.metadata_fields() and "Product" not in s.metadata_fields()
+
+    def ids(*filters: MetadataFilter, condition: FilterCondition = FilterCondition.AND) -> set[str]:
+        mf = MetadataFilters(filters=list(filters), condition=condition)
+        return set(kb_ids(s.query(query("table print", VectorStoreQueryMode.HYBRID, k=10, filters=mf))))
+
+    assert ids(MetadataFilter(key="version", value="8", operator=FilterOperator.GTE)) == {"b"}  # "8" is a number
+    assert ids(MetadataFilter(key="product", value="O'Reilly", operator=FilterOperator.EQ)) == {"b"}
+    assert ids(MetadataFilter(key="product", value=["writer", "x"], operator=FilterOperator.NIN)) == {"b"}
+    assert ids(MetadataFilter(key="tags", value="new", operator=FilterOperator.EQ)) == {"a"}
+    assert ids(MetadataFilter(key="tags", value="new", operator=FilterOperator.NE)) == {"b"}  # none: not equal
+    # The whole article metadata comes back on the chunk, the dict included.
+    [hit] = s.query(query("table", VectorStoreQueryMode.DEFAULT, k=1)).nodes
+    assert hit.metadata["nested"] == {"x": 1} and hit.metadata["version"] == 7
+    with pytest.raises(ValueError, match="not a number"):
+        ids(MetadataFilter(key="version", value="7.4a", operator=FilterOperator.GTE))
+    with pytest.raises(ValueError, match="no article carries it.*product"):
+        ids(MetadataFilter(key="prodcut", value="x", operator=FilterOperator.EQ))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["'; DROP TABLE Articles; --", "a' OR '1'='1", "back\\slash", "Тест ✓ 日本語", "x" * 20_000, '"double"', "%_*"],
+)
+def test_hostile_filter_values_match_only_themselves(tmp_path: Path, value: str) -> None:
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.add([node("hit", TEXTS["tables"], product=value), node("miss", TEXTS["print"], product="other")])
+    s.finalize()
+    mf = MetadataFilters(filters=[MetadataFilter(key="product", value=value, operator=FilterOperator.EQ)])
+    for mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+        assert kb_ids(s.query(query("table print", mode, k=10, filters=mf))) in (["hit"], [])
+    assert kb_ids(s.query(query("table", VectorStoreQueryMode.DEFAULT, k=10, filters=mf))) == ["hit"]
+    assert s.count() == 2  # nothing was dropped
+
+
+def test_permissions_are_columns_and_update_in_place_keeps_vectors(tmp_path: Path) -> None:
+    from ragidx.stores.access import Principal, scoped_filters
+
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.add([node("pub", TEXTS["tables"]), node("hr", TEXTS["print"], allowed=["group:hr"])])
+    s.finalize()
+
+    def visible(principal: Principal) -> set[str]:
+        q = query("table print", VectorStoreQueryMode.HYBRID, k=10, filters=scoped_filters(None, principal))
+        return set(kb_ids(s.query(q)))
+
+    assert visible(Principal()) == {"pub"} and visible(Principal.of(None, ["hr"])) == {"pub", "hr"}
+    vectors = s._open().to_arrow().sort_by("kb_id").column("vector").to_pylist()
+    assert s.update_article_metadata({"pub": {"allowed": ["user:ann"]}, "hr": {}}) == {"pub": 1, "hr": 1}
+    assert visible(Principal()) == {"hr"} and visible(Principal(user="ann")) == {"pub", "hr"}
+    assert s._open().to_arrow().sort_by("kb_id").column("vector").to_pylist() == vectors
+    with pytest.raises(ValueError, match="user:NAME"):
+        s.add([node("bad", "x", allowed=["ann"])])

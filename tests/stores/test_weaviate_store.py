@@ -239,3 +239,33 @@ def test_chunks_record_their_embedding_model_and_another_of_the_same_width_is_re
     )
     assert older.embed_model_name() is None  # written before the record: the width alone speaks
     older.check_embedding(384, "minilm")
+
+
+def test_filters_and_permissions_are_translated_natively() -> None:
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    from ragidx.stores.access import Principal, scoped_filters
+    from ragidx.stores.weaviate_store import filters_to_weaviate
+
+    user = MetadataFilters(
+        filters=[
+            MetadataFilter(key="product", value=["writer", "calc"], operator=FilterOperator.IN),
+            MetadataFilter(key="version", value="7", operator=FilterOperator.GTE),
+        ]
+    )
+    flt = filters_to_weaviate(scoped_filters(user, Principal.of("ann", ["hr"])), {"version": "int"})
+    text = rendered(flt)
+    assert "'writer'" in text and "'calc'" in text and "value=7" in text  # "7" as an int for an int property
+    assert "ContainsAny" in text and "'user:ann'" in text and "'group:hr'" in text and "public" in text
+    store, collection = mock_store()
+    store.query(q(VectorStoreQueryMode.HYBRID, filters=scoped_filters(None, Principal())))
+    sent = rendered(collection.query.hybrid.call_args.kwargs["filters"])
+    assert "target='public'" in sent and "value=True" in sent
+
+
+def rendered(flt: object) -> str:
+    """A Weaviate filter tree as text (its objects have no repr of their own; their leaves do)."""
+    inner = getattr(flt, "filters", None)
+    if isinstance(inner, list):
+        return f"{type(flt).__name__}(" + ", ".join(rendered(f) for f in inner) + ")"
+    return repr(flt)
