@@ -41,7 +41,7 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from ingestion.sources import SourceError, SourceItem
-from ragidx.article import Article
+from ragidx.article import SECTIONS, Article, location_url
 from ragidx.language import article_language
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
@@ -83,6 +83,45 @@ class ChunkNumberer(TransformComponent):
         return out
 
 
+class SectionTagger(TransformComponent):
+    """Gives each chunk of a document the section it starts in: ``section``, ``heading_path`` (``"A > B"``),
+    ``page`` (PDF),
+    ``anchor``, and ``location_url`` (the article's url to that place: ``file.pdf#page=12``,
+    ``page.html#anchor``), from the article's ``sections`` (see ``ingestion.sources``), which it drops.
+    Chunks of articles without sections (JSONL) pass unchanged."""
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        out = []
+        for node in nodes:
+            sections = node.metadata.get(SECTIONS)
+            if sections is None:
+                out.append(node)
+                continue
+            copy = node.model_copy(deep=False)
+            meta = {k: v for k, v in node.metadata.items() if k != SECTIONS}
+            start = getattr(node, "start_char_idx", None) or 0
+            text = node.get_content()
+            start += len(text) - len(text.lstrip())  # where its first word is
+            found = [s for s in sections if s["start"] <= start]
+            section = found[-1] if found else (sections[0] if sections else {})
+            added = {k: section[k] for k in ("section", "page", "anchor") if section.get(k)}
+            if section.get("heading_path"):  # one string: chunk metadata stays flat for every vector store
+                added["heading_path"] = " > ".join(section["heading_path"])
+            meta.update(added)
+            if added.get("page") is not None or added.get("anchor"):
+                meta["location_url"] = location_url(str(meta.get("url") or ""), added.get("page"), added.get("anchor"))
+            copy.metadata = meta
+            hidden = [k for k in (*added, "location_url") if k in meta]
+            copy.excluded_embed_metadata_keys = [
+                k for k in dict.fromkeys([*node.excluded_embed_metadata_keys, *hidden]) if k != SECTIONS
+            ]
+            copy.excluded_llm_metadata_keys = [
+                k for k in dict.fromkeys([*node.excluded_llm_metadata_keys, *hidden]) if k != SECTIONS
+            ]
+            out.append(copy)
+        return out
+
+
 UNREAD_SHARE = 0.2
 """Share of articles in languages the embedding model does not read above which ingestion warns."""
 
@@ -107,6 +146,8 @@ class IngestReport:
     """Articles indexed in this run per language ('' where none was declared or detected)."""
     language_warning: str | None = None
     """Set (and logged, once) when the embedding model does not read the language of many of them."""
+    prune_skipped: str | None = None
+    """Why ``prune`` deleted nothing although asked to (items that failed to read, ids unknown)."""
 
     @property
     def chunks_per_second(self) -> float:
@@ -128,6 +169,7 @@ class IngestReport:
             "chunks_per_second": round(self.chunks_per_second, 1),
             "languages": dict(sorted(self.languages.items())),
             **({"language_warning": self.language_warning} if self.language_warning else {}),
+            **({"prune_skipped": self.prune_skipped} if self.prune_skipped else {}),
         }
 
 
@@ -177,7 +219,7 @@ class Ingestor:
             # No in-memory transformation cache: it kept every batch's nodes and vectors for the pipeline's
             # life (3.9 GB at 100k chunks); the article ledger already makes re-ingesting free.
             self._pipeline = IngestionPipeline(
-                transformations=[splitter, ChunkNumberer(), self.embed_model], disable_cache=True
+                transformations=[splitter, SectionTagger(), ChunkNumberer(), self.embed_model], disable_cache=True
             )
         return self._pipeline
 
@@ -196,6 +238,8 @@ class Ingestor:
         started = time.perf_counter()
         report.recovered = self._recover_pending(report)
         seen_ids: set[str] = set()
+        unread_ids: set[str] = set()  # articles that failed to read this time: kept as they are stored
+        unknown_failures = 0  # failed items whose id is unknown (a bad JSONL line): pruning could lose them
         bar = _progress(total, progress)
         try:
             for batch in _batched(items, self.batch_articles):
@@ -203,7 +247,11 @@ class Ingestor:
                 for item in batch:
                     if isinstance(item, SourceError):
                         report.errors.append(str(item))
-                        logger.warning("skipped %s", item)
+                        logger.info("skipped %s", item)  # the caller lists them (the CLI: --max-errors)
+                        if item.kb_id is None:
+                            unknown_failures += 1
+                        else:
+                            unread_ids.add(item.kb_id)
                         continue
                     if item.kb_id in articles or item.kb_id in seen_ids:
                         report.duplicates += 1
@@ -218,8 +266,14 @@ class Ingestor:
         finally:
             if bar is not None:
                 bar.close()
-        if prune:
-            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids)
+        if prune and unknown_failures:
+            report.prune_skipped = (
+                f"not pruned: {unknown_failures} items could not be read and their ids are unknown, so a stored "
+                "article might only look deleted; fix them and run again"
+            )
+            logger.warning("%s", report.prune_skipped)
+        elif prune:
+            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids - unread_ids)
             self.delete(gone)
             report.deleted = len(gone)
         self.vector_store.finalize()
@@ -351,7 +405,7 @@ class Ingestor:
         return article_language(article, self.default_language)
 
     def _document(self, article: Article) -> Document:
-        metadata = {
+        metadata: dict[str, Any] = {
             "kb_id": article.kb_id,
             "title": article.title,
             "url": article.url,
@@ -359,6 +413,9 @@ class Ingestor:
         }
         if self.tenant:
             metadata["tenant"] = self.tenant
+        # A document's format, folder and sections (ingestion.sources): SectionTagger turns the sections into
+        # each chunk's own section and page.
+        metadata.update({k: article.metadata[k] for k in ("format", "folder", SECTIONS) if k in article.metadata})
         return Document(
             id_=article.kb_id,
             text=article.content,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.async_utils import asyncio_run
 
 from ingestion.pipeline import Ingestor, IngestReport
-from ingestion.sources import SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, read_source
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embeddings import build_embed_model
@@ -372,19 +372,23 @@ class Engine:
         prune: bool = False,
         progress: bool = False,
     ) -> IngestReport:
-        """Ingest a JSONL file, a Markdown/HTML file or folder, or an iterable of ``Article``.
+        """Ingest a JSONL file, a document (PDF, DOCX, HTML, Markdown, text), a folder of them, or an iterable of
+        ``Article``.
 
-        Bad items are reported in ``IngestReport.errors`` (file and line) and skipped; the rest is
-        ingested. ``prune=True`` deletes the articles of this source that are no longer in it.
+        Bad items (a line, a file) are reported in ``IngestReport.errors`` (file and line) and skipped; the rest
+        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it.
         """
+        sample = None
         if isinstance(source, (str, Path)):
             path = Path(source)
-            items: Iterable[SourceItem] = read_source(path)
+            max_bytes = int(self.settings.max_file_mb * 2**20)
+            items: Iterable[SourceItem] = read_source(path, max_file_bytes=max_bytes)
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
+            if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here
+                sample = read_source(path)
         else:
             items, name, total = source, source_name or "api", None
-        sample = read_source(Path(source)) if isinstance(source, (str, Path)) else None
         items = self.choose_embedding(items, sample=sample)
         report = self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
         if report.new or report.changed or report.deleted or report.recovered:
@@ -571,13 +575,16 @@ class Engine:
 
 
 def _count_items(path: Path) -> int | None:
-    """Rough item count for a progress bar: lines of JSONL files, or documents in a folder."""
+    """Rough item count for a progress bar: lines of JSONL files, and documents."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     total = 0
     for f in files:
-        if f.suffix in (".jsonl", ".ndjson"):
-            with f.open("rb") as fh:
-                total += sum(1 for line in fh if line.strip())
-        elif f.suffix.lower() in (".md", ".markdown", ".html", ".htm"):
+        if f.suffix.lower() in JSONL_SUFFIXES:
+            try:
+                with f.open("rb") as fh:
+                    total += sum(1 for line in fh if line.strip())
+            except OSError:  # reading it reports the error
+                continue
+        elif f.suffix.lower() in DOCUMENT_SUFFIXES:
             total += 1
     return total or None

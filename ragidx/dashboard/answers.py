@@ -37,11 +37,13 @@ def _md_escape(text: str) -> str:
 
 
 def citation_lines(answer: Answer) -> list[str]:
-    """``[n] [title](url)`` per cited article (the kb_id stands in for a missing url)."""
+    """``[n] [title](url)`` per cited article (the kb_id stands in for a missing url), then the section or page
+    of a document the citation points at (its url opens there: ``manual.pdf#page=12``)."""
     lines = []
     for c in answer.citations:
         title = _md_escape(c.title or c.kb_id)
-        lines.append(f"[{c.number}] [{title}]({c.url})" if c.url else f"[{c.number}] {title} ({c.kb_id})")
+        line = f"[{c.number}] [{title}]({c.url})" if c.url else f"[{c.number}] {title} ({c.kb_id})"
+        lines.append(f"{line} — {_md_escape(c.where)}" if c.where else line)
     return lines
 
 
