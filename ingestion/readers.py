@@ -337,7 +337,7 @@ def html_sections(raw: bytes | str) -> tuple[str, list[Section]]:
 
     soup = BeautifulSoup(raw, "lxml")
     title = " ".join(soup.title.get_text().split()) if soup.title else ""
-    main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.find("article") or soup.body or soup
+    main: Any = soup.find("main") or soup.select_one('[role="main"]') or soup.find("article") or soup.body or soup
     for tag in main.find_all(_DROP):
         tag.decompose()
     anchors: list[tuple[str, str]] = []

@@ -10,8 +10,8 @@ JSONL lines look like ``{"id", "title", "url", "text", "lang"?}`` (``kb_id``, ``
 ``language`` are accepted as aliases).
 
 A document is one article whose id is its path relative to the folder ingested (the file name for a single
-file), so ids are stable across runs and ``--prune`` finds deleted files. It is read through LlamaIndex's
-``SimpleDirectoryReader.load_file`` with the readers of ``ingestion.readers`` as ``file_extractor``: one
+file), so ids are stable across runs and ``--prune`` finds deleted files. It is read by the LlamaIndex reader
+of its suffix (``ingestion.readers``; ``file_extractor()`` gives them to a ``SimpleDirectoryReader``): one
 ``Document`` per section, joined into the article's content. The article's metadata keeps ``format``,
 ``folder`` (its folder path, '' at the top) and ``sections``: for each section its ``start`` offset in the
 content, ``heading_path``, ``section``, and ``page`` (PDF) or ``anchor`` (HTML, Markdown), from which
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError, file_extractor
+from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError
 from ragidx.article import SECTIONS, Article
 
 logger = logging.getLogger(__name__)
@@ -208,15 +208,10 @@ def read_document(path: Path, root: Path, *, max_file_bytes: int = DEFAULT_MAX_F
             return error(f"not {_MAGIC[suffix][1]} (its content starts {head[:8]!r}): check the file's type")
         if suffix in TEXT_SUFFIXES and _looks_binary(head):
             return error(f"binary content, not text: is it really a {suffix} file?")
-        from llama_index.core import SimpleDirectoryReader
-
-        documents = SimpleDirectoryReader.load_file(
-            path, file_metadata=lambda _: {}, file_extractor=file_extractor(), raise_on_error=True
-        )
+        documents = READERS[suffix]().load_data(path)
     except FileNotFoundError:
         return error("disappeared while ingesting: run again (with --prune to drop it from the index)")
-    except Exception as exc:  # a reader's failure on this file is this file's error
-        cause = exc.__cause__ or exc
+    except Exception as cause:  # a reader's failure on this file is this file's error
         if isinstance(cause, DocumentReadError):
             return error(str(cause))
         if isinstance(cause, FileNotFoundError):
