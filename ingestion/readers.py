@@ -159,7 +159,11 @@ class PdfReader(BaseReader):
                 ) from exc
             raise DocumentReadError(f"not a readable PDF ({message}): export it again from its source") from exc
         try:
-            pages = [_clean(page.get_textpage().get_text_range()) for page in pdf]
+            pages, ruled = [], []
+            for index, page in enumerate(pdf):
+                pages.append(_clean(page.get_textpage().get_text_range()))
+                if self.tables and _has_rules(page):
+                    ruled.append(index)
             toc = [(b.get_title().strip(), _dest_page(b), b.level) for b in pdf.get_toc()]
             meta_title = (pdf.get_metadata_dict().get("Title") or "").strip()
         finally:
@@ -169,8 +173,8 @@ class PdfReader(BaseReader):
                 f"no text layer in its {len(pages)} page(s) (a scanned PDF?): ragidx has no OCR; make a searchable "
                 "copy first (e.g. ocrmypdf in.pdf out.pdf) and ingest that"
             )
-        if self.tables:
-            pages = _with_tables(file, pages)
+        if ruled:
+            pages = _with_tables(file, pages, ruled)
         title = meta_title or next((t for t, _, _ in toc if t), "") or _first_line("\n".join(pages)) or file.stem
         return _documents(_pdf_sections(pages, toc), title, extra_info)
 
@@ -205,17 +209,30 @@ def _pdf_sections(pages: list[str], toc: list[tuple[str, int | None, int]]) -> I
         yield Section(outline.path, "\n".join(lines[start:]), page=index + 1)
 
 
-def _with_tables(file: Path, pages: list[str]) -> list[str]:
-    """Each page's ruled tables (pdfplumber) written as Markdown rows in place of their lines of text."""
+def _has_rules(page: Any) -> bool:
+    """Whether a page draws enough lines or boxes to hold a ruled table (counted by pdfium, which is cheap:
+    pdfplumber's layout of a page costs some 30 times its text extraction, so only such pages get it)."""
+    import pypdfium2.raw as pdfium_c
+
+    paths = 0
+    for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=1):
+        paths += 1
+        if paths >= 4:
+            return True
+    return False
+
+
+def _with_tables(file: Path, pages: list[str], ruled: list[int]) -> list[str]:
+    """The ruled tables of pages ``ruled`` (pdfplumber) written as Markdown rows in place of their lines."""
     import pdfplumber
 
     out = list(pages)
     try:
         with pdfplumber.open(str(file)) as pdf:
-            for index, page in enumerate(pdf.pages):
-                if not out[index] or not (page.rects or page.lines):
-                    continue  # no rules on the page: no ruled table to find
-                for table in page.extract_tables():
+            for index in ruled:
+                if not out[index]:
+                    continue
+                for table in pdf.pages[index].extract_tables():
                     out[index] = _replace_rows(out[index], table)
     except Exception as exc:  # tables are a refinement: the text is already read
         logger.debug("pdfplumber could not read the tables of %s: %s", file, exc)
