@@ -34,6 +34,13 @@ def test_citation_lines_link_titles_and_escape_brackets() -> None:
     assert citation_lines(answer) == ["[1] [Tables \\[Writer\\]](https://kb/a)", "[2] b (b)"]
 
 
+def test_citation_lines_show_the_page_and_section_a_document_citation_links_to() -> None:
+    cited = Citation(1, "guide.pdf", "Guide", "file:///kb/guide.pdf#page=2", where="p. 2, Naming Cells")
+    answer = Answer(question="q", text="t [1]", citations=[cited])
+    assert citation_lines(answer) == ["[1] [Guide](file:///kb/guide.pdf#page=2) — p. 2, Naming Cells"]
+    assert answer.render().splitlines()[-1] == "[1] Guide (p. 2, Naming Cells) — file:///kb/guide.pdf#page=2"
+
+
 def test_article_rows_keep_order_ranks_citations_and_flash_reasons() -> None:
     answer = Answer(
         question="q",
