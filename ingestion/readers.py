@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -214,12 +215,8 @@ def _has_rules(page: Any) -> bool:
     pdfplumber's layout of a page costs some 30 times its text extraction, so only such pages get it)."""
     import pypdfium2.raw as pdfium_c
 
-    paths = 0
-    for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=1):
-        paths += 1
-        if paths >= 4:
-            return True
-    return False
+    paths = page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=1)
+    return sum(1 for _ in itertools.islice(paths, 4)) >= 4
 
 
 def _with_tables(file: Path, pages: list[str], ruled: list[int]) -> list[str]:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError
 from ragidx.article import SECTIONS, Article
@@ -71,16 +72,22 @@ class SourceError:
 SourceItem = Article | SourceError
 
 
-def read_source(path: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceItem]:
-    """Read a JSONL file, a document, or a folder of them (recursively)."""
+def read_source(
+    path: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+) -> Iterator[SourceItem]:
+    """Read a JSONL file, a document, or a folder of them (recursively).
+
+    ``base_url``: where the documents are published (``https://docs.example.org/``): a document's url is then
+    ``base_url`` + its id instead of its ``file://`` path, so a citation opens the published page.
+    """
     if not path.exists():
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
-        yield from read_folder(path, max_file_bytes=max_file_bytes)
+        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url)
     elif path.suffix.lower() in JSONL_SUFFIXES:
         yield from read_jsonl(path)
     elif path.suffix.lower() in DOCUMENT_SUFFIXES:
-        yield read_document(path, path.parent, max_file_bytes=max_file_bytes)
+        yield read_document(path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url)
     else:
         raise ValueError(
             f"{path}: unsupported file type {path.suffix!r}; give a .jsonl file, a document "
@@ -156,7 +163,9 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
     )
 
 
-def read_folder(folder: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceItem]:
+def read_folder(
+    folder: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+) -> Iterator[SourceItem]:
     """Every document and JSONL file under ``folder`` (hidden files and folders left out), in path order.
 
     The files are listed first and read one at a time: a file deleted meanwhile is that file's error.
@@ -182,10 +191,12 @@ def read_folder(folder: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
         if path.suffix.lower() in JSONL_SUFFIXES:
             yield from read_jsonl(path)
         else:
-            yield read_document(path, folder, max_file_bytes=max_file_bytes)
+            yield read_document(path, folder, max_file_bytes=max_file_bytes, base_url=base_url)
 
 
-def read_document(path: Path, root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> SourceItem:
+def read_document(
+    path: Path, root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+) -> SourceItem:
     """One document as an ``Article`` (id: its path relative to ``root``), or the ``SourceError`` saying why not."""
     kb_id = path.relative_to(root).as_posix()
 
@@ -219,11 +230,12 @@ def read_document(path: Path, root: Path, *, max_file_bytes: int = DEFAULT_MAX_F
         if isinstance(cause, OSError):
             return error(_os_reason(cause))
         return error(f"could not be read ({type(cause).__name__}: {cause}): check that it opens in its application")
-    article = _article_from_documents(documents, path, kb_id)
+    url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
+    article = _article_from_documents(documents, path, kb_id, url)
     return error(article) if isinstance(article, str) else article
 
 
-def _article_from_documents(documents: list[Any], path: Path, kb_id: str) -> Article | str:
+def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: str) -> Article | str:
     """The article the sections make, or why there is none."""
     parts: list[str] = []
     sections: list[dict[str, Any]] = []
@@ -249,7 +261,7 @@ def _article_from_documents(documents: list[Any], path: Path, kb_id: str) -> Art
         "folder": "" if folder == "." else folder,
         SECTIONS: sections,
     }
-    return Article(kb_id=kb_id, title=title, url=path.resolve().as_uri(), content=content, metadata=metadata)
+    return Article(kb_id=kb_id, title=title, url=url, content=content, metadata=metadata)
 
 
 def _looks_binary(head: bytes) -> bool:

@@ -56,7 +56,13 @@ INGEST_SOME_FAILED = 3
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
-        report = engine.ingest(Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet)
+        report = engine.ingest(
+            Path(args.path),
+            source_name=args.source,
+            prune=args.prune,
+            progress=not args.quiet,
+            base_url=args.base_url,
+        )
     shown = max(args.max_errors, 0)
     for error in report.errors[:shown]:
         print(f"skipped {error}", file=sys.stderr)
@@ -428,6 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--source", help="source name used by --prune (default: the file or folder name)")
     p.add_argument("--prune", action="store_true", help="delete articles of this source missing from it")
+    p.add_argument(
+        "--base-url",
+        help="where the documents are published (e.g. https://docs.example.org/): citations link to BASE_URL + "
+        "the file's path in the folder (#page=N, #anchor added) instead of to the local file",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--max-errors", type=int, default=20, help="skipped items to list on stderr (default 20)")
     p.set_defaults(func=cmd_ingest)

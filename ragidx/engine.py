@@ -371,18 +371,20 @@ class Engine:
         source_name: str | None = None,
         prune: bool = False,
         progress: bool = False,
+        base_url: str | None = None,
     ) -> IngestReport:
         """Ingest a JSONL file, a document (PDF, DOCX, HTML, Markdown, text), a folder of them, or an iterable of
         ``Article``.
 
         Bad items (a line, a file) are reported in ``IngestReport.errors`` (file and line) and skipped; the rest
-        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it.
+        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it. ``base_url``:
+        where the documents are published; their urls (and citations) point there instead of to the files.
         """
         sample = None
         if isinstance(source, (str, Path)):
             path = Path(source)
             max_bytes = int(self.settings.max_file_mb * 2**20)
-            items: Iterable[SourceItem] = read_source(path, max_file_bytes=max_bytes)
+            items: Iterable[SourceItem] = read_source(path, max_file_bytes=max_bytes, base_url=base_url)
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
             if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here

@@ -199,3 +199,12 @@ def test_mixed_folder_of_real_documents_gives_one_article_per_file_and_every_err
         assert "The default is 1930 to 2029." in articles[kb_id].content, kb_id
     anchors = {s["section"]: s.get("anchor") for s in articles["guide.html"].metadata[SECTIONS]}
     assert anchors["Naming Cells"] == "naming-cells"
+
+
+def test_documents_link_to_where_they_are_published_with_base_url(tmp_path: Path) -> None:
+    (tmp_path / "calc").mkdir()
+    (tmp_path / "calc" / "dates and times.md").write_text("# Dates\n\nThe default is 1930 to 2029.\n")
+    [a] = list(read_source(tmp_path, base_url="https://docs.example.org/help/"))
+    assert (a.kb_id, a.url) == ("calc/dates and times.md", "https://docs.example.org/help/calc/dates%20and%20times.md")
+    [local] = list(read_source(tmp_path))
+    assert local.url == (tmp_path / "calc" / "dates and times.md").resolve().as_uri()
