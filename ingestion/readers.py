@@ -18,7 +18,8 @@ Libraries, chosen by ``benchmarks/readers.py`` (text recall against the source t
 twins of the bundled help articles): pypdfium2 for PDF text and outline (as complete as pypdf and pdfplumber,
 several times faster), pdfplumber only to find ruled tables on a page, python-docx for Word (docx2txt writes
 each table cell as its own paragraph and drops the heading levels), BeautifulSoup + markdownify for HTML
-(trafilatura drops the short pages of a help site as boilerplate).
+(trafilatura drops the short pages of a help site as boilerplate). OCR of scanned PDFs: RapidOCR
+(rapidocr-onnxruntime, the optional ``ocr`` extra), whose models ship inside its wheel.
 
 Example:
     >>> from pathlib import Path
@@ -134,7 +135,8 @@ def table_rows(rows: Iterable[Iterable[str | None]]) -> str:
 class PdfReader(BaseReader):
     """Text PDFs, one section per outline heading and page: ``page`` is 1-based, ruled tables are Markdown rows.
 
-    A PDF whose pages hold no text (a scan) raises ``DocumentReadError``: no OCR runs here.
+    A PDF whose pages hold no text (a scan) is read by OCR when RapidOCR is installed (``ragidx[ocr]``; its
+    sections then carry ``ocr: True``), else raises ``DocumentReadError`` saying so.
 
     Example:
         >>> docs = PdfReader().load_data(Path("manual.pdf"))  # doctest: +SKIP
@@ -142,9 +144,10 @@ class PdfReader(BaseReader):
         1
     """
 
-    def __init__(self, *, tables: bool = True) -> None:
+    def __init__(self, *, tables: bool = True, ocr: bool = True) -> None:
         super().__init__()
         self.tables = tables
+        self.ocr = ocr
 
     def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
         import pypdfium2 as pdfium
@@ -169,15 +172,53 @@ class PdfReader(BaseReader):
             meta_title = (pdf.get_metadata_dict().get("Title") or "").strip()
         finally:
             pdf.close()
+        ocr = False
         if not any(pages):
-            raise DocumentReadError(
-                f"no text layer in its {len(pages)} page(s) (a scanned PDF?): ragidx has no OCR; make a searchable "
-                "copy first (e.g. ocrmypdf in.pdf out.pdf) and ingest that"
-            )
+            if not (self.ocr and ocr_available()):
+                raise DocumentReadError(
+                    f"no text layer in its {len(pages)} page(s) (a scanned PDF?) and no OCR here: "
+                    "pip install 'ragidx[ocr]' (RapidOCR, offline) and ingest again, or make a searchable copy "
+                    "(e.g. ocrmypdf in.pdf out.pdf) and ingest that"
+                )
+            pages, ocr = _ocr_pages(file), True
+            if not any(pages):
+                raise DocumentReadError(
+                    f"no text layer in its {len(pages)} page(s), and OCR found no text in them: check the scan"
+                )
         if ruled:
             pages = _with_tables(file, pages, ruled)
         title = meta_title or next((t for t, _, _ in toc if t), "") or _first_line("\n".join(pages)) or file.stem
-        return _documents(_pdf_sections(pages, toc), title, extra_info)
+        return _documents(_pdf_sections(pages, toc), title, {**(extra_info or {}), **({"ocr": True} if ocr else {})})
+
+
+def ocr_available() -> bool:
+    """Whether RapidOCR (``pip install 'ragidx[ocr]'``: ONNX models inside the wheel, nothing downloaded) is here."""
+    import importlib.util
+
+    return importlib.util.find_spec("rapidocr_onnxruntime") is not None
+
+
+_OCR_ENGINE: Any = None
+
+
+def _ocr_pages(file: Path) -> list[str]:
+    """Each page rendered at 200 dpi and read by RapidOCR, its lines top to bottom."""
+    global _OCR_ENGINE
+    import pypdfium2 as pdfium
+    from rapidocr_onnxruntime import RapidOCR
+
+    if _OCR_ENGINE is None:
+        _OCR_ENGINE = RapidOCR()
+    pages = []
+    pdf = pdfium.PdfDocument(str(file))
+    try:
+        for page in pdf:
+            found, _ = _OCR_ENGINE(page.render(scale=200 / 72).to_numpy())
+            lines = sorted(found or [], key=lambda r: (r[0][0][1], r[0][0][0]))  # by top edge, then left
+            pages.append(_clean("\n".join(str(r[1]) for r in lines)))
+    finally:
+        pdf.close()
+    return pages
 
 
 def _dest_page(bookmark: Any) -> int | None:

@@ -261,6 +261,8 @@ def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: s
         "folder": "" if folder == "." else folder,
         SECTIONS: sections,
     }
+    if any(doc.metadata.get("ocr") for doc in documents):
+        metadata["ocr"] = True  # its text was read from images of its pages
     return Article(kb_id=kb_id, title=title, url=url, content=content, metadata=metadata)
 
 

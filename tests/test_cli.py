@@ -287,21 +287,20 @@ def test_a_mixed_folder_ingests_in_one_command_and_every_bad_file_is_one_line(
     assert main(["--data-dir", data, "ingest", str(folder), "--quiet"]) == 3  # some items failed
     out, err = capsys.readouterr()
     report = json.loads(out)
-    assert (report["new"], report["errors"]) == (8, 6)  # pdf, docx, html, md, txt, 3 JSONL articles
+    assert (report["new"], report["errors"]) == (9, 5)  # pdf, scanned pdf (OCR), docx, html, md, txt, 3 in JSONL
     lines = err.splitlines()
     skipped = [line for line in lines if line.startswith("skipped ")]
     assert [line.split(":")[0].removeprefix("skipped ") for line in skipped] == [
-        str(folder / n)
-        for n in ("binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl", "scanned.pdf")
+        str(folder / n) for n in ("binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl")
     ]
     assert f"skipped {folder / 'kb.jsonl'}:3: JSON nested too deeply to read" in err
-    assert lines[-1].startswith("ragidx: 6 items could not be read; 8 articles ingested. Fix them and run")
+    assert lines[-1].startswith("ragidx: 5 items could not be read; 9 articles ingested. Fix them and run")
     # again: nothing re-embedded; --max-errors caps the detail lines
     assert main(["--data-dir", data, "ingest", str(folder), "--quiet", "--max-errors", "2"]) == 3
     out, err = capsys.readouterr()
-    assert json.loads(out)["unchanged"] == 8 and json.loads(out)["chunks_written"] == 0
+    assert json.loads(out)["unchanged"] == 9 and json.loads(out)["chunks_written"] == 0
     assert len([line for line in err.splitlines() if line.startswith("skipped ")]) == 2
-    assert "... and 4 more skipped items" in err
+    assert "... and 3 more skipped items" in err
 
 
 def test_a_binary_file_named_jsonl_is_one_error_and_a_failing_exit_status(

@@ -137,7 +137,6 @@ def test_a_binary_file_named_jsonl_is_one_error_not_one_per_line() -> None:
     ("name", "reason"),
     [
         ("encrypted.pdf", "encrypted PDF (it needs a password): save an unencrypted copy (qpdf --decrypt"),
-        ("scanned.pdf", "no text layer in its 1 page(s) (a scanned PDF?): ragidx has no OCR; make a searchable copy"),
         ("corrupt.docx", "not a readable Word .docx file (PackageNotFoundError: damaged, truncated"),
         ("empty.md", "empty file (0 bytes), nothing to index"),
     ],
@@ -186,9 +185,10 @@ def test_mixed_folder_of_real_documents_gives_one_article_per_file_and_every_err
     articles = {a.kb_id: a for a in items if isinstance(a, Article)}
     errors = sorted(Path(e.path).name for e in items if isinstance(e, SourceError))
     assert sorted(articles) == [
-        "guide.docx", "guide.html", "guide.pdf", "kb-1", "kb-2", "kb-3", "notes.md", "readme.txt"
+        "guide.docx", "guide.html", "guide.pdf", "kb-1", "kb-2", "kb-3", "notes.md", "readme.txt", "scanned.pdf"
     ]  # fmt: skip
-    assert errors == ["binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl", "scanned.pdf"]
+    assert errors == ["binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl"]
+    assert articles["scanned.pdf"].metadata["ocr"] is True and "Ctrl+F12" in articles["scanned.pdf"].content
     pdf = articles["guide.pdf"]
     assert pdf.title == "Calc and Writer guide" and pdf.url.endswith("/docs/guide.pdf")
     assert pdf.metadata["format"] == "pdf" and pdf.metadata["folder"] == ""
