@@ -7,7 +7,9 @@ Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
    chunks written, and it is marked ``indexed``;
 3. a run killed anywhere in (2) leaves the article ``pending``; every run starts by re-indexing
    pending articles from the article store, so the end state has exactly the right chunks;
-4. with ``prune=True``, articles of the same source that are no longer in it are deleted.
+4. with ``prune=True``, articles of the same source that are no longer in it are deleted; an article whose
+   file failed to read this time (a ``SourceError`` with its ``kb_id``) is kept as stored, and when an item
+   whose id is unknown failed (a bad JSONL line) nothing is pruned (``IngestReport.prune_skipped`` says why).
 
 Several processes may ingest into the same stores at once (a shared PostgreSQL article store beside
 Weaviate): every step on an article's chunks runs inside the article store's *claim* on that article
@@ -16,6 +18,9 @@ end with one set of chunks and one ledger row per article, and an article is emb
 
 Each chunk carries its article's language (``lang`` in the input, else ``default_language``, else
 detected by ``ragidx.language``): the chunk store stems its full text in that language.
+
+A document's chunks carry the section they start in (``SectionTagger``: ``section``, ``heading_path``,
+``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text.
 
 Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
 ``uuid5(kb_id:chunk_no)`` (with the tenant, when there is one, so two tenants' chunks never share an id)
