@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,24 +70,34 @@ class SourceError:
 
 
 SourceItem = Article | SourceError
+KnownArticle = Callable[[str], Article | None]
+"""The stored article of an id, or ``None`` (see ``read_source``'s ``known``)."""
+FILE_STAMP = "file_stamp"
+"""Article metadata: ``"size:mtime_ns"`` of the file a document was read from."""
 
 
 def read_source(
-    path: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+    path: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
 ) -> Iterator[SourceItem]:
     """Read a JSONL file, a document, or a folder of them (recursively).
 
     ``base_url``: where the documents are published (``https://docs.example.org/``): a document's url is then
     ``base_url`` + its id instead of its ``file://`` path, so a citation opens the published page.
+    ``known``: the stored article of an id (the engine's article store): a document whose file has the size and
+    modification time recorded on it (``file_stamp``) is not read again; its stored article is handed on.
     """
     if not path.exists():
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
-        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url)
+        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
     elif path.suffix.lower() in JSONL_SUFFIXES:
         yield from read_jsonl(path)
     elif path.suffix.lower() in DOCUMENT_SUFFIXES:
-        yield read_document(path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url)
+        yield read_document(path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
     else:
         raise ValueError(
             f"{path}: unsupported file type {path.suffix!r}; give a .jsonl file, a document "
@@ -164,7 +174,11 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
 
 
 def read_folder(
-    folder: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+    folder: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
 ) -> Iterator[SourceItem]:
     """Every document and JSONL file under ``folder`` (hidden files and folders left out), in path order.
 
@@ -191,11 +205,16 @@ def read_folder(
         if path.suffix.lower() in JSONL_SUFFIXES:
             yield from read_jsonl(path)
         else:
-            yield read_document(path, folder, max_file_bytes=max_file_bytes, base_url=base_url)
+            yield read_document(path, folder, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
 
 
 def read_document(
-    path: Path, root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, base_url: str | None = None
+    path: Path,
+    root: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
 ) -> SourceItem:
     """One document as an ``Article`` (id: its path relative to ``root``), or the ``SourceError`` saying why not."""
     kb_id = path.relative_to(root).as_posix()
@@ -212,6 +231,12 @@ def read_document(
                 f"{size / 2**20:,.0f} MB is over the {max_file_bytes / 2**20:,.0f} MB limit for one document: "
                 "split it, or raise max_file_mb (RAGIDX_MAX_FILE_MB)"
             )
+        stat = path.stat()
+        stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+        url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
+        stored = known(kb_id) if known is not None else None
+        if stored is not None and stored.metadata.get(FILE_STAMP) == stamp and stored.url == url:
+            return stored  # the same file as when it was ingested: not read again
         with path.open("rb") as fh:
             head = fh.read(8192)
         suffix = path.suffix.lower()
@@ -230,9 +255,10 @@ def read_document(
         if isinstance(cause, OSError):
             return error(_os_reason(cause))
         return error(f"could not be read ({type(cause).__name__}: {cause}): check that it opens in its application")
-    url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
     article = _article_from_documents(documents, path, kb_id, url)
-    return error(article) if isinstance(article, str) else article
+    if isinstance(article, str):
+        return error(article)
+    return article.with_metadata(**{FILE_STAMP: stamp})
 
 
 def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: str) -> Article | str:

@@ -30,7 +30,7 @@ from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embeddings import build_embed_model
 from ragidx.providers.llms import LLMProvider
-from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.article_store import INDEXED, ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
 
 if TYPE_CHECKING:
@@ -384,7 +384,9 @@ class Engine:
         if isinstance(source, (str, Path)):
             path = Path(source)
             max_bytes = int(self.settings.max_file_mb * 2**20)
-            items: Iterable[SourceItem] = read_source(path, max_file_bytes=max_bytes, base_url=base_url)
+            items: Iterable[SourceItem] = read_source(
+                path, max_file_bytes=max_bytes, base_url=base_url, known=self._stored_article
+            )
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
             if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here
@@ -396,6 +398,12 @@ class Engine:
         if report.new or report.changed or report.deleted or report.recovered:
             self._rebuild_retrieval()  # a stored tuning was made on the old index
         return report
+
+    def _stored_article(self, kb_id: str) -> Article | None:
+        """The article store's copy of an article that is indexed (a pending one is read again)."""
+        if self.article_store.states([kb_id]).get(kb_id, ("", ""))[1] != INDEXED:
+            return None
+        return self.article_store.get([kb_id]).get(kb_id)
 
     def delete(self, kb_ids: list[str]) -> None:
         """Delete articles and their chunks."""

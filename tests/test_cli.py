@@ -277,7 +277,7 @@ DOCS = Path(__file__).resolve().parent / "fixtures" / "docs"
 
 @pytest.mark.slow
 def test_a_mixed_folder_ingests_in_one_command_and_every_bad_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import shutil
 
@@ -295,7 +295,14 @@ def test_a_mixed_folder_ingests_in_one_command_and_every_bad_file_is_one_line(
     ]
     assert f"skipped {folder / 'kb.jsonl'}:3: JSON nested too deeply to read" in err
     assert lines[-1].startswith("ragidx: 5 items could not be read; 9 articles ingested. Fix them and run")
-    # again: nothing re-embedded; --max-errors caps the detail lines
+
+    # again: the unchanged files are not even read (their size and time are recorded), nothing is re-embedded;
+    # --max-errors caps the detail lines
+    def no_second_read(self: object, file: Path, *args: object, **kwargs: object) -> list[object]:
+        raise AssertionError(f"{file} read again")
+
+    for reader in ("PdfReader", "DocxReader", "HtmlReader", "MarkdownReader", "TextReader"):
+        monkeypatch.setattr(f"ingestion.readers.{reader}.load_data", no_second_read)
     assert main(["--data-dir", data, "ingest", str(folder), "--quiet", "--max-errors", "2"]) == 3
     out, err = capsys.readouterr()
     assert json.loads(out)["unchanged"] == 9 and json.loads(out)["chunks_written"] == 0

@@ -208,3 +208,19 @@ def test_documents_link_to_where_they_are_published_with_base_url(tmp_path: Path
     assert (a.kb_id, a.url) == ("calc/dates and times.md", "https://docs.example.org/help/calc/dates%20and%20times.md")
     [local] = list(read_source(tmp_path))
     assert local.url == (tmp_path / "calc" / "dates and times.md").resolve().as_uri()
+
+
+def test_a_document_whose_file_is_unchanged_is_not_read_again(tmp_path: Path) -> None:
+    from ingestion.sources import FILE_STAMP
+
+    page = tmp_path / "a.md"
+    page.write_text("# A\n\nFirst text.\n")
+    first = read_document(page, tmp_path)
+    assert isinstance(first, Article) and FILE_STAMP in first.metadata
+    stored = {"a.md": first}
+    assert read_document(page, tmp_path, known=stored.get) is first  # handed on as stored, not read
+    page.write_text("# A\n\nSecond text, longer.\n")  # another size: read again
+    second = read_document(page, tmp_path, known=stored.get)
+    assert isinstance(second, Article) and "Second text" in second.content
+    elsewhere = read_document(page, tmp_path, known={"a.md": second}.get, base_url="https://x/")
+    assert isinstance(elsewhere, Article) and elsewhere is not second and elsewhere.url == "https://x/a.md"
