@@ -215,10 +215,13 @@ def _citation(number: int, source: dict[str, Any]) -> Citation:
     meta = source.get("metadata")
     location = meta.get(LOCATION) if isinstance(meta, dict) else None
     location = location if isinstance(location, dict) else {}
+    title = str(source.get("title", ""))
+    if location.get("section") == title:  # the document's opening section: its title says it already
+        location = {k: v for k, v in location.items() if k != "section"}
     return Citation(
         number=number,
         kb_id=str(source.get("kb_id", "")),
-        title=str(source.get("title", "")),
+        title=title,
         url=str(location.get("url") or source.get("url", "")),
         where=describe_location(location),
     )

@@ -46,6 +46,9 @@ def test_a_document_citation_links_to_the_page_and_section_of_its_best_passage()
     }
     _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [located])
     assert (cite.url, cite.where) == ("file:///kb/guide.pdf#page=3", "p. 3, 19xx/20xx Years")
+    opening = {**located, "title": "19xx/20xx Years"}  # a section named like its document is not repeated
+    _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [opening])
+    assert cite.where == "p. 3"
     _, [plain], _ = resolve_citations("Click the >> button [1].", SOURCES)
     assert (plain.url, plain.where) == ("u1", "")
 
