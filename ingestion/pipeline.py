@@ -7,7 +7,9 @@ Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
    chunks written, and it is marked ``indexed``;
 3. a run killed anywhere in (2) leaves the article ``pending``; every run starts by re-indexing
    pending articles from the article store, so the end state has exactly the right chunks;
-4. with ``prune=True``, articles of the same source that are no longer in it are deleted;
+4. with ``prune=True``, articles of the same source that are no longer in it are deleted; an article whose
+   file failed to read this time (a ``SourceError`` with its ``kb_id``) is kept as stored, and when an item
+   whose id is unknown failed (a bad JSONL line) nothing is pruned (``IngestReport.prune_skipped`` says why).
 5. an article whose text is unchanged but whose metadata (its principals, ``allowed``, among it) changed is
    saved ``pending``, its chunks get the new metadata in place (``update_article_metadata``: nothing is
    embedded again), and it is marked ``indexed``; a crash in between re-indexes it like any pending article.
@@ -23,6 +25,9 @@ end with one set of chunks and one ledger row per article, and an article is emb
 
 Each chunk carries its article's language (``lang`` in the input, else ``default_language``, else
 detected by ``ragidx.language``): the chunk store stems its full text in that language.
+
+A document's chunks carry the section they start in (``SectionTagger``: ``section``, ``heading_path``,
+``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text.
 
 Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
 ``uuid5(kb_id:chunk_no)`` (with the tenant, when there is one, so two tenants' chunks never share an id)
@@ -47,8 +52,8 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 
-from ingestion.sources import SourceError, SourceItem
-from ragidx.article import Article
+from ingestion.sources import FILE_STAMP, SourceError, SourceItem
+from ragidx.article import SECTIONS, Article, location_url
 from ragidx.language import article_language
 from ragidx.stores.access import InvalidPermissions, allowed_of
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
@@ -91,6 +96,45 @@ class ChunkNumberer(TransformComponent):
         return out
 
 
+class SectionTagger(TransformComponent):
+    """Gives each chunk of a document the section it starts in: ``section``, ``heading_path`` (``"A > B"``),
+    ``page`` (PDF),
+    ``anchor``, and ``location_url`` (the article's url to that place: ``file.pdf#page=12``,
+    ``page.html#anchor``), from the article's ``sections`` (see ``ingestion.sources``), which it drops.
+    Chunks of articles without sections (JSONL) pass unchanged."""
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        out = []
+        for node in nodes:
+            sections = node.metadata.get(SECTIONS)
+            if sections is None:
+                out.append(node)
+                continue
+            copy = node.model_copy(deep=False)
+            meta = {k: v for k, v in node.metadata.items() if k != SECTIONS}
+            start = getattr(node, "start_char_idx", None) or 0
+            text = node.get_content()
+            start += len(text) - len(text.lstrip())  # where its first word is
+            found = [s for s in sections if s["start"] <= start]
+            section = found[-1] if found else (sections[0] if sections else {})
+            added = {k: section[k] for k in ("section", "page", "anchor") if section.get(k)}
+            if section.get("heading_path"):  # one string: chunk metadata stays flat for every vector store
+                added["heading_path"] = " > ".join(section["heading_path"])
+            meta.update(added)
+            if added.get("page") is not None or added.get("anchor"):
+                meta["location_url"] = location_url(str(meta.get("url") or ""), added.get("page"), added.get("anchor"))
+            copy.metadata = meta
+            hidden = [k for k in (*added, "location_url") if k in meta]
+            copy.excluded_embed_metadata_keys = [
+                k for k in dict.fromkeys([*node.excluded_embed_metadata_keys, *hidden]) if k != SECTIONS
+            ]
+            copy.excluded_llm_metadata_keys = [
+                k for k in dict.fromkeys([*node.excluded_llm_metadata_keys, *hidden]) if k != SECTIONS
+            ]
+            out.append(copy)
+        return out
+
+
 UNREAD_SHARE = 0.2
 """Share of articles in languages the embedding model does not read above which ingestion warns."""
 
@@ -117,6 +161,8 @@ class IngestReport:
     """Articles indexed in this run per language ('' where none was declared or detected)."""
     language_warning: str | None = None
     """Set (and logged, once) when the embedding model does not read the language of many of them."""
+    prune_skipped: str | None = None
+    """Why ``prune`` deleted nothing although asked to (items that failed to read, ids unknown)."""
 
     @property
     def chunks_per_second(self) -> float:
@@ -139,6 +185,7 @@ class IngestReport:
             "chunks_per_second": round(self.chunks_per_second, 1),
             "languages": dict(sorted(self.languages.items())),
             **({"language_warning": self.language_warning} if self.language_warning else {}),
+            **({"prune_skipped": self.prune_skipped} if self.prune_skipped else {}),
         }
 
 
@@ -188,7 +235,7 @@ class Ingestor:
             # No in-memory transformation cache: it kept every batch's nodes and vectors for the pipeline's
             # life (3.9 GB at 100k chunks); the article ledger already makes re-ingesting free.
             self._pipeline = IngestionPipeline(
-                transformations=[splitter, ChunkNumberer(), self.embed_model], disable_cache=True
+                transformations=[splitter, SectionTagger(), ChunkNumberer(), self.embed_model], disable_cache=True
             )
         return self._pipeline
 
@@ -207,6 +254,8 @@ class Ingestor:
         started = time.perf_counter()
         report.recovered = self._recover_pending(report)
         seen_ids: set[str] = set()
+        unread_ids: set[str] = set()  # articles that failed to read this time: kept as they are stored
+        unknown_failures = 0  # failed items whose id is unknown (a bad JSONL line): pruning could lose them
         bar = _progress(total, progress)
         try:
             for batch in _batched(items, self.batch_articles):
@@ -214,7 +263,11 @@ class Ingestor:
                 for item in batch:
                     if isinstance(item, SourceError):
                         report.errors.append(str(item))
-                        logger.warning("skipped %s", item)
+                        logger.info("skipped %s", item)  # the caller lists them (the CLI: --max-errors)
+                        if item.kb_id is None:
+                            unknown_failures += 1
+                        else:
+                            unread_ids.add(item.kb_id)
                         continue
                     try:
                         allowed_of(item.metadata)
@@ -235,8 +288,14 @@ class Ingestor:
         finally:
             if bar is not None:
                 bar.close()
-        if prune:
-            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids)
+        if prune and unknown_failures:
+            report.prune_skipped = (
+                f"not pruned: {unknown_failures} items could not be read and their ids are unknown, so a stored "
+                "article might only look deleted; fix them and run again"
+            )
+            logger.warning("%s", report.prune_skipped)
+        elif prune:
+            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids - unread_ids)
             self.delete(gone)
             report.deleted = len(gone)
         self.vector_store.finalize()
@@ -392,7 +451,11 @@ class Ingestor:
     def _document(self, article: Article) -> Document:
         # The article's own metadata (product, version, its principals ...) goes onto every chunk, filterable;
         # the fields ragidx sets win over same-named ones. Only the title is embedded or shown to a model.
-        metadata: dict[str, Any] = {k: v for k, v in article.metadata.items() if k not in ("language", "chunk_no")}
+        # A document's sections (ingestion.sources) ride along too: SectionTagger turns them into each chunk's own
+        # section and page. The file's size/mtime stamp stays on the article.
+        metadata: dict[str, Any] = {
+            k: v for k, v in article.metadata.items() if k not in ("language", "chunk_no", FILE_STAMP)
+        }
         metadata.update(
             {
                 "kb_id": article.kb_id,

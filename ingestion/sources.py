@@ -1,13 +1,23 @@
-"""Article sources: JSONL files and folders of Markdown / HTML files.
+"""Article sources: JSONL files, documents (PDF, Word, HTML, Markdown, text) and folders of them.
 
-Every reader yields ``Article`` objects and ``SourceError`` records, never raises on bad input:
-a malformed line, a missing id or text, an empty article or bytes that are not UTF-8 become a
-``SourceError`` naming the file and line, and the rest of the file is still read.
+Every reader yields ``Article`` objects and ``SourceError`` records, never raises on bad input: a
+malformed or too deeply nested line, a missing id or text, an empty article, bytes that are not UTF-8, an
+encrypted or scanned PDF, a corrupt Word file, a binary file with a text extension, a file over the size
+limit or one that disappears while the folder is read, and any exception a reader raises on one item, each
+become one ``SourceError`` naming the file (and line) and what to do; the rest is still read.
 
 JSONL lines look like ``{"id", "title", "url", "text", "lang"?}`` (``kb_id``, ``content`` and
 ``language`` are accepted as aliases). Any other top-level key, and the keys of a ``metadata`` object, are
 the article's metadata (``product``, ``version``, ``allowed``: the principals who may read it ...), kept
 with it and filterable; a top-level key wins over the same key in ``metadata``.
+
+A document is one article whose id is its path relative to the folder ingested (the file name for a single
+file), so ids are stable across runs and ``--prune`` finds deleted files. It is read by the LlamaIndex reader
+of its suffix (``ingestion.readers``; ``file_extractor()`` gives them to a ``SimpleDirectoryReader``): one
+``Document`` per section, joined into the article's content. The article's metadata keeps ``format``,
+``folder`` (its folder path, '' at the top) and ``sections``: for each section its ``start`` offset in the
+content, ``heading_path``, ``section``, and ``page`` (PDF) or ``anchor`` (HTML, Markdown), from which
+ingestion gives every chunk its section and page and a link to its place (``file.pdf#page=12``).
 
 Example:
     >>> from pathlib import Path
@@ -17,26 +27,44 @@ Example:
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-from ragidx.article import Article
+from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError
+from ragidx.article import SECTIONS, Article
 
+logger = logging.getLogger(__name__)
+
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
-HTML_SUFFIXES = {".html", ".htm"}
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+DOCUMENT_SUFFIXES = set(READERS)
+"""Suffixes read as one article per file (PDF, DOCX, HTML, Markdown, text)."""
+TEXT_SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | JSONL_SUFFIXES | {".txt", ".text"}
+_MAGIC = {".pdf": (b"%PDF-", "a PDF"), ".docx": (b"PK\x03\x04", "a Word .docx file (a ZIP archive)")}
+_FORMATS = {".htm": "html", ".xhtml": "html", ".markdown": "md", ".text": "txt"}
 MAX_ARTICLE_CHARS = 5_000_000
+DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
+"""Documents larger than this are refused (``max_file_mb`` in the settings); JSONL files have no limit."""
 
 
 @dataclass(frozen=True)
 class SourceError:
-    """One input item that could not be read; the rest of the source is unaffected."""
+    """One input item that could not be read; the rest of the source is unaffected.
+
+    ``kb_id`` is the id the item would have had, where it is known (a document's path): ingestion keeps
+    the stored copy of such an article rather than pruning it.
+    """
 
     path: str
     line: int | None
     reason: str
+    kb_id: str | None = None
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path
@@ -44,42 +72,75 @@ class SourceError:
 
 
 SourceItem = Article | SourceError
+KnownArticle = Callable[[str], Article | None]
+"""The stored article of an id, or ``None`` (see ``read_source``'s ``known``)."""
+FILE_STAMP = "file_stamp"
+"""Article metadata: ``"size:mtime_ns"`` of the file a document was read from."""
 
 
-def read_source(path: Path) -> Iterator[SourceItem]:
-    """Read a JSONL file, a Markdown/HTML file, or a folder of them (recursively)."""
+def read_source(
+    path: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
+) -> Iterator[SourceItem]:
+    """Read a JSONL file, a document, or a folder of them (recursively).
+
+    ``base_url``: where the documents are published (``https://docs.example.org/``): a document's url is then
+    ``base_url`` + its id instead of its ``file://`` path, so a citation opens the published page.
+    ``known``: the stored article of an id (the engine's article store): a document whose file has the size and
+    modification time recorded on it (``file_stamp``) is not read again; its stored article is handed on.
+    """
     if not path.exists():
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
-        yield from read_folder(path)
-    elif path.suffix in (".jsonl", ".ndjson"):
+        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
+    elif path.suffix.lower() in JSONL_SUFFIXES:
         yield from read_jsonl(path)
-    elif path.suffix.lower() in MARKDOWN_SUFFIXES | HTML_SUFFIXES:
-        yield _read_document(path, path.parent)
+    elif path.suffix.lower() in DOCUMENT_SUFFIXES:
+        yield read_document(path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
     else:
         raise ValueError(
-            f"{path}: unsupported file type {path.suffix!r}; give a .jsonl file, a .md/.html file, or a folder"
+            f"{path}: unsupported file type {path.suffix!r}; give a .jsonl file, a document "
+            f"({', '.join(sorted(DOCUMENT_SUFFIXES))}) or a folder"
         )
 
 
 def read_jsonl(path: Path) -> Iterator[SourceItem]:
-    with path.open("rb") as fh:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        yield SourceError(str(path), None, _os_reason(exc))
+        return
+    with fh:
+        if _looks_binary(fh.read(8192)):
+            yield SourceError(
+                str(path), None, "binary content, not JSON lines: is it really a .jsonl file? Nothing read from it"
+            )
+            return
+        fh.seek(0)
         for line_no, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield SourceError(
-                    str(path), line_no, f"not UTF-8 (byte {exc.start}): re-encode the file as UTF-8"
-                )
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield SourceError(str(path), line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
-                continue
-            yield _article_from_record(data, str(path), line_no)
+                yield _read_line(raw, str(path), line_no)
+            except Exception as exc:  # one item's failure, whatever it is, never stops the file
+                yield SourceError(str(path), line_no, f"could not read this line ({type(exc).__name__}: {exc})")
+
+
+def _read_line(raw: bytes, path: str, line_no: int) -> SourceItem:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return SourceError(path, line_no, f"not UTF-8 (byte {exc.start}): re-encode the file as UTF-8")
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return SourceError(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return SourceError(path, line_no, "JSON nested too deeply to read: flatten this line's object")
+    return _article_from_record(data, path, line_no)
 
 
 def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
@@ -121,34 +182,139 @@ _RECORD_FIELDS = frozenset({"id", "kb_id", "title", "url", "text", "content", "l
 """JSONL keys that are the article itself; every other key is its metadata."""
 
 
-def read_folder(folder: Path) -> Iterator[SourceItem]:
-    files = sorted(
-        p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in MARKDOWN_SUFFIXES | HTML_SUFFIXES
-    )
+def read_folder(
+    folder: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
+) -> Iterator[SourceItem]:
+    """Every document and JSONL file under ``folder`` (hidden files and folders left out), in path order.
+
+    The files are listed first and read one at a time: a file deleted meanwhile is that file's error.
+    """
+    files, others = [], Counter[str]()
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        suffix = p.suffix.lower()
+        if suffix in DOCUMENT_SUFFIXES or suffix in JSONL_SUFFIXES:
+            files.append(p)
+        else:
+            others[suffix or "(none)"] += 1
+    if others:
+        logger.warning(
+            "%s: left out %d files of types ragidx does not read (%s)",
+            folder,
+            sum(others.values()),
+            ", ".join(f"{k}: {v}" for k, v in others.most_common()),
+        )
     for path in files:
-        yield _read_document(path, folder)
-    for path in sorted(folder.rglob("*.jsonl")):
-        yield from read_jsonl(path)
+        if path.suffix.lower() in JSONL_SUFFIXES:
+            yield from read_jsonl(path)
+        else:
+            yield read_document(path, folder, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
 
 
-def _read_document(path: Path, root: Path) -> SourceItem:
-    try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return SourceError(str(path), None, f"not UTF-8 (byte {exc.start}): re-encode the file as UTF-8")
+def read_document(
+    path: Path,
+    root: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    base_url: str | None = None,
+    known: KnownArticle | None = None,
+) -> SourceItem:
+    """One document as an ``Article`` (id: its path relative to ``root``), or the ``SourceError`` saying why not."""
     kb_id = path.relative_to(root).as_posix()
-    if path.suffix.lower() in HTML_SUFFIXES:
-        title, text = html_to_text(raw)
-    else:
-        title, text = _markdown_title(raw), raw
-    if not text.strip():
-        return SourceError(str(path), None, "empty document, nothing to index")
-    return Article(
-        kb_id=kb_id,
-        title=title or path.stem,
-        url=path.resolve().as_uri(),
-        content=text,
-    )
+
+    def error(reason: str) -> SourceError:
+        return SourceError(str(path), None, reason, kb_id=kb_id)
+
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return error("empty file (0 bytes), nothing to index")
+        if size > max_file_bytes:
+            return error(
+                f"{size / 2**20:,.0f} MB is over the {max_file_bytes / 2**20:,.0f} MB limit for one document: "
+                "split it, or raise max_file_mb (RAGIDX_MAX_FILE_MB)"
+            )
+        stat = path.stat()
+        stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+        url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
+        stored = known(kb_id) if known is not None else None
+        if stored is not None and stored.metadata.get(FILE_STAMP) == stamp and stored.url == url:
+            return stored  # the same file as when it was ingested: not read again
+        with path.open("rb") as fh:
+            head = fh.read(8192)
+        suffix = path.suffix.lower()
+        if suffix in _MAGIC and not head.lstrip()[:8].startswith(_MAGIC[suffix][0]):
+            return error(f"not {_MAGIC[suffix][1]} (its content starts {head[:8]!r}): check the file's type")
+        if suffix in TEXT_SUFFIXES and _looks_binary(head):
+            return error(f"binary content, not text: is it really a {suffix} file?")
+        documents = READERS[suffix]().load_data(path)
+    except FileNotFoundError:
+        return error("disappeared while ingesting: run again (with --prune to drop it from the index)")
+    except Exception as cause:  # a reader's failure on this file is this file's error
+        if isinstance(cause, DocumentReadError):
+            return error(str(cause))
+        if isinstance(cause, FileNotFoundError):
+            return error("disappeared while ingesting: run again (with --prune to drop it from the index)")
+        if isinstance(cause, OSError):
+            return error(_os_reason(cause))
+        return error(f"could not be read ({type(cause).__name__}: {cause}): check that it opens in its application")
+    article = _article_from_documents(documents, path, kb_id, url)
+    if isinstance(article, str):
+        return error(article)
+    return article.with_metadata(**{FILE_STAMP: stamp})
+
+
+def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: str) -> Article | str:
+    """The article the sections make, or why there is none."""
+    parts: list[str] = []
+    sections: list[dict[str, Any]] = []
+    offset = 0
+    for doc in documents:
+        text = doc.text.strip()
+        if not text:
+            continue
+        if parts:
+            offset += 2  # the "\n\n" between sections
+        sections.append({"start": offset, **{k: doc.metadata[k] for k in SECTION_KEYS if k in doc.metadata}})
+        parts.append(text)
+        offset += len(text)
+    content = "\n\n".join(parts)
+    if not content.strip():
+        return "no text in it, nothing to index"
+    if len(content) > MAX_ARTICLE_CHARS:
+        return f"{len(content):,} characters of text exceeds {MAX_ARTICLE_CHARS:,} for one article: split it"
+    title = str(documents[0].metadata.get("title") or path.stem)
+    folder = Path(kb_id).parent.as_posix()
+    metadata: dict[str, Any] = {
+        "format": _FORMATS.get(path.suffix.lower(), path.suffix.lower().lstrip(".")),
+        "folder": "" if folder == "." else folder,
+        SECTIONS: sections,
+    }
+    if any(doc.metadata.get("ocr") for doc in documents):
+        metadata["ocr"] = True  # its text was read from images of its pages
+    return Article(kb_id=kb_id, title=title, url=url, content=content, metadata=metadata)
+
+
+def _looks_binary(head: bytes) -> bool:
+    """NUL bytes, or mostly control bytes, in the first bytes of a file that should be text."""
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    controls = sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13))
+    return controls > len(head) * 0.1
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "cannot be read (permission denied): give ragidx read access to it"
+    return f"cannot be read ({exc.strerror or exc}): check the file and run again"
 
 
 def _first_line(text: str) -> str:
@@ -157,54 +323,3 @@ def _first_line(text: str) -> str:
         if line:
             return line[:200]
     return ""
-
-
-def _markdown_title(text: str) -> str:
-    match = re.search(r"^#\s+(.+)$", text, flags=re.MULTILINE)
-    return match.group(1).strip() if match else _first_line(text)
-
-
-class _TextExtractor(HTMLParser):
-    SKIP = {"script", "style", "noscript", "template"}
-    BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title = ""
-        self._skip = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self.SKIP:
-            self._skip += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self.SKIP and self._skip:
-            self._skip -= 1
-        elif tag == "title":
-            self._in_title = False
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._skip:
-            return
-        if self._in_title:
-            self.title += data
-        else:
-            self.parts.append(data)
-
-
-def html_to_text(html: str) -> tuple[str, str]:
-    """(title, readable text) of an HTML page, scripts and styles removed."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    text = "".join(parser.parts)
-    text = re.sub(r"[ \t]+", " ", text)
-    text = re.sub(r"\n\s*\n+", "\n\n", text).strip()
-    return parser.title.strip(), text

@@ -25,6 +25,12 @@ ARTICLE_RANK = "article_rank"
 MATCHED_CHUNKS = "matched_chunk_ids"
 MATCHED_SPANS = "matched_spans"
 """Metadata key of the ``[start, end)`` character spans of the article's matched chunks in its content, best first."""
+SECTIONS = "sections"
+"""Metadata key of a document's sections (``ingestion.sources``): ``[{"start", "heading_path", "section",
+"page"?, "anchor"?}]`` in content order. Ingestion reads it to place chunks; retrieval leaves it out of results."""
+LOCATION = "location"
+"""Metadata key of where in its article a result's best chunk is: ``{"section"?, "page"?, "url"}`` with ``url``
+the article's link to that place (``file.pdf#page=12``, ``page.html#anchor``)."""
 SEE_ABOVE = "see_above"
 """An article repeated in a later search result is written as ``{"kb_id", "title", "url", "see_above": true}``
 (its full copy is shown earlier); in a ``SearchResult`` it is an article whose metadata has this key."""
@@ -140,6 +146,38 @@ class SearchResult:
         n = len(articles)
         meta = {"query": query, "top_k_requested": top_k, "articles_count": n, "has_results": n > 0}
         return cls(tuple(articles), meta, error)
+
+
+def location_url(url: str, page: int | None = None, anchor: str | None = None) -> str:
+    """A link to a place in a document: ``#page=N`` for a PDF page, ``#anchor`` for a section.
+
+    Example:
+        >>> location_url("file:///kb/manual.pdf", page=12)
+        'file:///kb/manual.pdf#page=12'
+        >>> location_url("https://x/print.html#top", anchor="options")
+        'https://x/print.html#options'
+    """
+    if not url or (page is None and not anchor):
+        return url
+    base = url.split("#", 1)[0]
+    return f"{base}#page={page}" if page is not None else f"{base}#{anchor}"
+
+
+def describe_location(location: dict[str, Any] | None) -> str:
+    """``'p. 12, Tables > Merging cells'`` for a result's ``location`` ('' when it has neither).
+
+    Example:
+        >>> describe_location({"page": 3, "section": "Options"})
+        'p. 3, Options'
+    """
+    if not location:
+        return ""
+    parts = []
+    if location.get("page") is not None:
+        parts.append(f"p. {location['page']}")
+    if location.get("section"):
+        parts.append(str(location["section"]))
+    return ", ".join(parts)
 
 
 def _article_json(article: Article) -> dict[str, Any]:

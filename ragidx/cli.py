@@ -1,6 +1,6 @@
 """``ragidx`` on the command line: a thin edge over :class:`ragidx.engine.Engine`.
 
-    ragidx ingest PATH [--prune] [--source NAME]
+    ragidx ingest PATH [--prune] [--source NAME] [--max-errors N]   (exit 3: some items could not be read)
     ragidx search "query" [--top-k N] [--flash] [--json]
     ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
@@ -51,6 +51,10 @@ def _engine(args: argparse.Namespace) -> Any:
     return Engine(_settings(args))
 
 
+INGEST_SOME_FAILED = 3
+"""``ragidx ingest``'s exit status when some items (lines, files) could not be read; the rest was ingested."""
+
+
 FILTER_HELP = (
     "only articles whose metadata matches: key=value, key!=value, key>=value (also >, <, <=), 'key in a,b', "
     "'key not in a,b'; repeat for AND"
@@ -67,12 +71,28 @@ def _scope_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
-        report = engine.ingest(Path(args.path), source_name=args.source, prune=args.prune, progress=not args.quiet)
-    for error in report.errors[: args.max_errors]:
+        report = engine.ingest(
+            Path(args.path),
+            source_name=args.source,
+            prune=args.prune,
+            progress=not args.quiet,
+            base_url=args.base_url,
+        )
+    shown = max(args.max_errors, 0)
+    for error in report.errors[:shown]:
         print(f"skipped {error}", file=sys.stderr)
-    if len(report.errors) > args.max_errors:
-        print(f"... and {len(report.errors) - args.max_errors} more skipped items", file=sys.stderr)
+    if len(report.errors) > shown:
+        print(f"... and {len(report.errors) - shown} more skipped items", file=sys.stderr)
+    if report.prune_skipped:
+        print(f"ragidx: {report.prune_skipped}", file=sys.stderr)
     print(json.dumps(report.as_dict()))
+    if report.errors:
+        print(
+            f"ragidx: {len(report.errors)} items could not be read; {report.seen} articles ingested. Fix them and "
+            "run the same command again: unchanged articles are skipped",
+            file=sys.stderr,
+        )
+        return INGEST_SOME_FAILED
     return 0
 
 
@@ -350,12 +370,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("ingest", help="ingest a JSONL file, a Markdown/HTML file, or a folder of them")
+    p = sub.add_parser(
+        "ingest",
+        help="ingest a JSONL file, a document (PDF, Word .docx, HTML, Markdown, text) or a folder of them; "
+        f"exit status {INGEST_SOME_FAILED} when some items could not be read (the rest is ingested)",
+    )
     p.add_argument("path")
     p.add_argument("--source", help="source name used by --prune (default: the file or folder name)")
     p.add_argument("--prune", action="store_true", help="delete articles of this source missing from it")
+    p.add_argument(
+        "--base-url",
+        help="where the documents are published (e.g. https://docs.example.org/): citations link to BASE_URL + "
+        "the file's path in the folder (#page=N, #anchor added) instead of to the local file",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--max-errors", type=int, default=20, help="skipped items to list (default 20)")
+    p.add_argument("--max-errors", type=int, default=20, help="skipped items to list on stderr (default 20)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("search", help="top articles for a query")

@@ -374,6 +374,12 @@ class Settings(BaseSettings):
     chunk_overlap_tokens: int = Field(
         default=32, ge=0, description="Tokens a chunk shares with the one before it; smaller than chunk_tokens."
     )
+    max_file_mb: float = Field(
+        default=100,
+        gt=0,
+        description="Largest document (PDF, Word, HTML, Markdown, text) ingested, in MB; a larger one is reported "
+        "as that file's error and the rest is ingested. JSONL files are read line by line and have no limit.",
+    )
     default_language: str | None = Field(
         default=None,
         description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "

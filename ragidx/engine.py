@@ -32,13 +32,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ingestion.pipeline import Ingestor, IngestReport
-from ingestion.sources import SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, read_source
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.stores.access import Principal
-from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.article_store import INDEXED, ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
 from ragidx.stores.filters import FilterSpec, as_filters
 from ragidx.sync_call import run_sync
@@ -424,25 +424,39 @@ class Engine:
         source_name: str | None = None,
         prune: bool = False,
         progress: bool = False,
+        base_url: str | None = None,
     ) -> IngestReport:
-        """Ingest a JSONL file, a Markdown/HTML file or folder, or an iterable of ``Article``.
+        """Ingest a JSONL file, a document (PDF, DOCX, HTML, Markdown, text), a folder of them, or an iterable of
+        ``Article``.
 
-        Bad items are reported in ``IngestReport.errors`` (file and line) and skipped; the rest is
-        ingested. ``prune=True`` deletes the articles of this source that are no longer in it.
+        Bad items (a line, a file) are reported in ``IngestReport.errors`` (file and line) and skipped; the rest
+        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it. ``base_url``:
+        where the documents are published; their urls (and citations) point there instead of to the files.
         """
+        sample = None
         if isinstance(source, (str, Path)):
             path = Path(source)
-            items: Iterable[SourceItem] = read_source(path)
+            max_bytes = int(self.settings.max_file_mb * 2**20)
+            items: Iterable[SourceItem] = read_source(
+                path, max_file_bytes=max_bytes, base_url=base_url, known=self._stored_article
+            )
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
+            if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here
+                sample = read_source(path)
         else:
             items, name, total = source, source_name or "api", None
-        sample = read_source(Path(source)) if isinstance(source, (str, Path)) else None
         items = self.choose_embedding(items, sample=sample)
         report = self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
         if report.new or report.changed or report.deleted or report.recovered:
             self._rebuild_retrieval()  # a stored tuning was made on the old index
         return report
+
+    def _stored_article(self, kb_id: str) -> Article | None:
+        """The article store's copy of an article that is indexed (a pending one is read again)."""
+        if self.article_store.states([kb_id]).get(kb_id, ("", ""))[1] != INDEXED:
+            return None
+        return self.article_store.get([kb_id]).get(kb_id)
 
     def delete(self, kb_ids: Sequence[str]) -> DeleteReport:
         """Delete articles and their chunks; says which were deleted and which ids this KB (this tenant's part
@@ -773,13 +787,16 @@ class ScopedAsker:
 
 
 def _count_items(path: Path) -> int | None:
-    """Rough item count for a progress bar: lines of JSONL files, or documents in a folder."""
+    """Rough item count for a progress bar: lines of JSONL files, and documents."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     total = 0
     for f in files:
-        if f.suffix in (".jsonl", ".ndjson"):
-            with f.open("rb") as fh:
-                total += sum(1 for line in fh if line.strip())
-        elif f.suffix.lower() in (".md", ".markdown", ".html", ".htm"):
+        if f.suffix.lower() in JSONL_SUFFIXES:
+            try:
+                with f.open("rb") as fh:
+                    total += sum(1 for line in fh if line.strip())
+            except OSError:  # reading it reports the error
+                continue
+        elif f.suffix.lower() in DOCUMENT_SUFFIXES:
             total += 1
     return total or None

@@ -70,7 +70,7 @@ def test_bad_lines_are_listed_and_the_rest_ingested(tmp_path: Path, capsys: pyte
         b'{"id": "nul", "text": "caf\xe9"}\n'
         b'{"id": "ok2", "title": "Columns", "text": "Use Format > Columns to set text columns."}\n'
     )
-    assert main(["--data-dir", str(tmp_path / "d"), "ingest", str(bad), "--quiet"]) == 0
+    assert main(["--data-dir", str(tmp_path / "d"), "ingest", str(bad), "--quiet"]) == 3  # some lines failed
     out, err = capsys.readouterr()
     assert json.loads(out)["new"] == 2
     assert f"skipped {bad}:2: invalid JSON" in err and f"skipped {bad}:3: not UTF-8" in err
@@ -266,6 +266,75 @@ def test_a_source_list_the_model_copies_after_its_answer_is_not_printed(capsys: 
     answer = Answer(question="q", text="Source code is in [1].", citations=[Citation(1, "t", "Tables", "")])
     _stream_answer(_StreamingEngine(["Sou", "rce code is in [1]."], answer), "q", progress=False)
     assert capsys.readouterr().out == "Source code is in [1].\n"
+
+
+DOCS = Path(__file__).resolve().parent / "fixtures" / "docs"
+
+
+@pytest.mark.slow
+def test_a_mixed_folder_ingests_in_one_command_and_every_bad_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    folder = tmp_path / "docs"
+    shutil.copytree(DOCS, folder, ignore=shutil.ignore_patterns("*.py"))
+    data = str(tmp_path / "d")
+    assert main(["--data-dir", data, "ingest", str(folder), "--quiet"]) == 3  # some items failed
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert (report["new"], report["errors"]) == (9, 5)  # pdf, scanned pdf (OCR), docx, html, md, txt, 3 in JSONL
+    lines = err.splitlines()
+    skipped = [line for line in lines if line.startswith("skipped ")]
+    assert [line.split(":")[0].removeprefix("skipped ") for line in skipped] == [
+        str(folder / n) for n in ("binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl")
+    ]
+    assert f"skipped {folder / 'kb.jsonl'}:3: JSON nested too deeply to read" in err
+    assert lines[-1].startswith("ragidx: 5 items could not be read; 9 articles ingested. Fix them and run")
+
+    # again: the unchanged files are not even read (their size and time are recorded), nothing is re-embedded;
+    # --max-errors caps the detail lines
+    def no_second_read(self: object, file: Path, *args: object, **kwargs: object) -> list[object]:
+        raise AssertionError(f"{file} read again")
+
+    for reader in ("PdfReader", "DocxReader", "HtmlReader", "MarkdownReader", "TextReader"):
+        monkeypatch.setattr(f"ingestion.readers.{reader}.load_data", no_second_read)
+    assert main(["--data-dir", data, "ingest", str(folder), "--quiet", "--max-errors", "2"]) == 3
+    out, err = capsys.readouterr()
+    assert json.loads(out)["unchanged"] == 9 and json.loads(out)["chunks_written"] == 0
+    assert len([line for line in err.splitlines() if line.startswith("skipped ")]) == 2
+    assert "... and 3 more skipped items" in err
+
+
+def test_a_binary_file_named_jsonl_is_one_error_and_a_failing_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--data-dir", str(tmp_path / "d"), "ingest", str(DOCS / "binary.jsonl"), "--quiet"]) == 3
+    out, err = capsys.readouterr()
+    assert json.loads(out)["seen"] == 0
+    assert err.splitlines() == [
+        f"skipped {DOCS / 'binary.jsonl'}: binary content, not JSON lines: is it really a .jsonl file? "
+        "Nothing read from it",
+        "ragidx: 1 items could not be read; 0 articles ingested. Fix them and run the same command again: "
+        "unchanged articles are skipped",
+    ]
+
+
+@pytest.mark.slow
+def test_ask_over_a_pdf_cites_its_page_and_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.dashboard.fakes import make_engine
+
+    monkeypatch.setattr("ragidx.engine.Engine", make_engine)
+    data = str(tmp_path / "kb")
+    assert main(["--data-dir", data, "ingest", str(DOCS / "guide.pdf"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", data, "ask", "Which century does a two-digit year default to?", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    sources = out.partition("\nSources:\n")[2]
+    assert sources.startswith("[1] Calc and Writer guide (p. 1, 19xx/20xx Years) — file://")
+    assert sources.splitlines()[0].endswith("/fixtures/docs/guide.pdf#page=1")
 
 
 # --- counts that tell the truth, text that cannot spoof the terminal, tenants kept apart ------------------

@@ -72,6 +72,9 @@ class Citation:
     kb_id: str
     title: str
     url: str
+    where: str = ""
+    """The section or page of a document the cited passage is in (``'p. 12, Options'``); '' for a whole
+    article; ``url`` then links to that place (``manual.pdf#page=12``)."""
 
 
 @dataclass
@@ -138,5 +141,9 @@ class Answer:
         if self.citations:
             lines.append("")
             lines.append("Sources:")
-            lines.extend(f"[{c.number}] {printable(c.title)} — {printable(c.url or c.kb_id)}" for c in self.citations)
+            lines.extend(
+                f"[{c.number}] {printable(c.title)}{f' ({printable(c.where)})' if c.where else ''} — "
+                f"{printable(c.url or c.kb_id)}"
+                for c in self.citations
+            )
         return "\n".join(lines)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
+from ragidx.article import LOCATION, describe_location
 from ragidx.terms import terms
 
 MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
@@ -197,11 +198,18 @@ def _by_values(statement: str, cited: list[int], texts: Sequence[str], asked: se
 
 
 def _citation(number: int, source: dict[str, Any]) -> Citation:
+    meta = source.get("metadata")
+    location = meta.get(LOCATION) if isinstance(meta, dict) else None
+    location = location if isinstance(location, dict) else {}
+    title = str(source.get("title", ""))
+    if location.get("section") == title:  # the document's opening section: its title says it already
+        location = {k: v for k, v in location.items() if k != "section"}
     return Citation(
         number=number,
         kb_id=str(source.get("kb_id", "")),
-        title=str(source.get("title", "")),
-        url=str(source.get("url", "")),
+        title=title,
+        url=str(location.get("url") or source.get("url", "")),
+        where=describe_location(location),
     )
 
 

@@ -72,13 +72,15 @@ def safe_markdown(text: str) -> str:
 
 
 def citation_lines(answer: Answer) -> list[str]:
-    """``[n] [title](url)`` per cited article; the kb_id stands in for a missing URL and for one that is not
+    """``[n] [title](url)`` per cited article, then the section or page of a document the citation points at (its
+    url opens there: ``manual.pdf#page=12``). The kb_id stands in for a missing URL and for one that is not
     http(s), which is never made a link (``javascript:``, ``data:``). Titles, ids and URLs are escaped."""
     lines = []
     for c in answer.citations:
         title = _md_escape(c.title or c.kb_id)
         link = web_url(c.url)
-        lines.append(f"[{c.number}] [{title}]({link})" if link else f"[{c.number}] {title} ({_md_escape(c.kb_id)})")
+        line = f"[{c.number}] [{title}]({link})" if link else f"[{c.number}] {title} ({_md_escape(c.kb_id)})"
+        lines.append(f"{line} — {_md_escape(c.where)}" if c.where else line)
     return lines
 
 

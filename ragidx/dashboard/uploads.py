@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestion.sources import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, SourceItem, read_source
 
 __all__ = ["ACCEPTED_SUFFIXES", "UploadResult", "check_upload", "count_items", "ingest_upload"]
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
-ACCEPTED_SUFFIXES = sorted(JSONL_SUFFIXES | MARKDOWN_SUFFIXES | HTML_SUFFIXES)
+ACCEPTED_SUFFIXES = sorted(JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
 WHAT_TO_UPLOAD = (
     "Upload a .jsonl file (one JSON article per line: id, title, url, text), "
-    "a Markdown file (.md, .markdown) or an HTML page (.html)."
+    "a PDF, a Word .docx file, an HTML page, a Markdown (.md) or text (.txt) file."
 )
 ProgressFn = Callable[[int, int | None], None]
 

@@ -10,7 +10,10 @@ first, and returned as new article nodes (``id_`` = kb_id, text = the full artic
 - ``matched_chunk_ids``: ids of its chunks that matched, best first;
 - ``matched_spans``: where the best of those chunks (at most ``MAX_SPANS``) sit in the article's content,
   ``[start, end)`` character offsets, best first: the passages search found, for a compressor to keep
-  first (a chunk that cannot be located in the article is left out).
+  first (a chunk that cannot be located in the article is left out);
+- ``location`` (documents only: PDF, Word, HTML, Markdown): the best chunk's ``section``, ``heading_path``,
+  ``page`` (PDF) and ``url``, a link to that place (``manual.pdf#page=12``, ``page.html#anchor``), for a
+  citation to point at. The article's ``sections`` (ingestion's bookkeeping) are left out.
 
 Equal scores keep the order in which the articles' best chunks arrived. An optional
 ``score_threshold`` drops articles below it before ranks are assigned; scores are only comparable
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -36,7 +39,16 @@ from llama_index.core.instrumentation.events.base import BaseEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, MATCHED_SPANS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.article import (
+    ARTICLE_RANK,
+    LOCATION,
+    MATCHED_CHUNKS,
+    MATCHED_SPANS,
+    NORMALIZED_RANK,
+    RERANK_SCORE,
+    SECTIONS,
+    Article,
+)
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal
 
 __all__ = [
@@ -86,6 +98,8 @@ class ArticleGroup:
     score: float
     chunk_ids: list[str] = field(default_factory=list)
     chunk_texts: list[str] = field(default_factory=list)
+    location: dict[str, Any] = field(default_factory=dict)
+    """Where the best chunk is in a document: ``section``, ``page``, ``url`` (empty for JSONL articles)."""
 
 
 def chunk_kb_id(node: NodeWithScore) -> str | None:
@@ -102,6 +116,7 @@ def group_chunks(nodes: Sequence[NodeWithScore]) -> list[ArticleGroup]:
     groups: dict[str, ArticleGroup] = {}
     scored: dict[str, list[tuple[float, int, str]]] = {}
     texts: dict[str, str] = {}
+    locations: dict[str, dict[str, Any]] = {}
     for position, node in enumerate(nodes):
         kb_id = chunk_kb_id(node)
         if kb_id is None:
@@ -115,12 +130,23 @@ def group_chunks(nodes: Sequence[NodeWithScore]) -> list[ArticleGroup]:
             group.score = score
         scored.setdefault(kb_id, []).append((score, position, node.node.node_id))
         texts[node.node.node_id] = node.node.get_content()
+        locations[node.node.node_id] = chunk_location(node.node.metadata)
     for kb_id, group in groups.items():
         chunks = sorted(scored[kb_id], key=lambda c: (-c[0], c[1]))
         group.chunk_ids = list(dict.fromkeys(c[2] for c in chunks))
         group.chunk_texts = [texts[c] for c in group.chunk_ids]
+        group.location = locations[group.chunk_ids[0]]
     first_seen = {kb_id: i for i, kb_id in enumerate(groups)}
     return sorted(groups.values(), key=lambda g: (-g.score, first_seen[g.kb_id]))
+
+
+def chunk_location(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A document chunk's place (``section``, ``heading_path``, ``page``, ``url``; see
+    ``ingestion.pipeline.SectionTagger``); empty for a chunk that has none."""
+    location = {k: metadata[k] for k in ("section", "heading_path", "page") if metadata.get(k) not in (None, "")}
+    if metadata.get("location_url"):
+        location["url"] = metadata["location_url"]
+    return location
 
 
 MAX_SPANS = 3
@@ -262,14 +288,18 @@ class ArticleGrouper(BaseNodePostprocessor):
         out = []
         last = len(kept) - 1
         for rank, g in enumerate(kept):
-            article = loaded[g.kb_id].with_metadata(
+            stored = loaded[g.kb_id]
+            if SECTIONS in stored.metadata:  # ingestion's bookkeeping, not for the model's prompt
+                stored = replace(stored, metadata={k: v for k, v in stored.metadata.items() if k != SECTIONS})
+            article = stored.with_metadata(
+                **({LOCATION: g.location} if g.location else {}),
                 **{
                     RERANK_SCORE: g.score,
                     NORMALIZED_RANK: rank / last if last > 0 else 0.0,
                     ARTICLE_RANK: rank,
                     MATCHED_CHUNKS: list(g.chunk_ids),
-                    MATCHED_SPANS: matched_spans(loaded[g.kb_id].content, g.chunk_texts[:MAX_SPANS]),
-                }
+                    MATCHED_SPANS: matched_spans(stored.content, g.chunk_texts[:MAX_SPANS]),
+                },
             )
             out.append(article_to_node(article, g.score))
         dispatcher.event(

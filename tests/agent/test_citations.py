@@ -13,6 +13,23 @@ def test_invalid_markers_are_dropped_and_valid_ones_cited_in_order() -> None:
     assert (text, [c.kb_id for c in cites], method) == ("See [2] and , then [1].", ["html", "toc"], "markers")
 
 
+def test_a_document_citation_links_to_the_page_and_section_of_its_best_passage() -> None:
+    located = {
+        "kb_id": "guide.pdf",
+        "title": "Guide",
+        "url": "file:///kb/guide.pdf",
+        "content": "The default is 1930 to 2029.",
+        "metadata": {"location": {"section": "19xx/20xx Years", "page": 3, "url": "file:///kb/guide.pdf#page=3"}},
+    }
+    _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [located])
+    assert (cite.url, cite.where) == ("file:///kb/guide.pdf#page=3", "p. 3, 19xx/20xx Years")
+    opening = {**located, "title": "19xx/20xx Years"}  # a section named like its document is not repeated
+    _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [opening])
+    assert cite.where == "p. 3"
+    _, [plain], _ = resolve_citations("Click the >> button [1].", SOURCES)
+    assert (plain.url, plain.where) == ("u1", "")
+
+
 # --- markers checked against the statement they close -------------------------------------------------
 PG = [
     {

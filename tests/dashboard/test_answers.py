@@ -35,6 +35,17 @@ def test_citation_lines_link_titles_and_escape_brackets() -> None:
     assert citation_lines(answer) == ["[1] [Tables \\[Writer\\]](https://kb/a)", "[2] b (b)"]
 
 
+def test_citation_lines_show_the_page_and_section_a_document_citation_links_to() -> None:
+    published = Citation(1, "guide.pdf", "Guide", "https://docs.example/guide.pdf#page=2", where="p. 2, Naming Cells")
+    answer = Answer(question="q", text="t [1]", citations=[published])
+    assert citation_lines(answer) == ["[1] [Guide](https://docs.example/guide.pdf#page=2) — p. 2, Naming Cells"]
+    # a local file (ingested without --base-url) is no link in a web page; its place is still said
+    local = Citation(1, "guide.pdf", "Guide", "file:///kb/guide.pdf#page=2", where="p. 2, Naming Cells")
+    answer = Answer(question="q", text="t [1]", citations=[local])
+    assert citation_lines(answer) == ["[1] Guide (guide.pdf) — p. 2, Naming Cells"]
+    assert answer.render().splitlines()[-1] == "[1] Guide (p. 2, Naming Cells) — file:///kb/guide.pdf#page=2"
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -409,3 +409,60 @@ def test_another_embedding_model_on_an_index_is_refused_before_anything_is_writt
         Ingestor(store, articles, wider).ingest(RUSSIAN)
     assert wider.calls == 0 and articles.pending_ids() == [] and articles.indexed_ids() == ["en"]
     assert store.count() == 1  # the English article's chunk, untouched
+
+
+FIXTURES = ROOT / "tests" / "fixtures" / "docs"
+
+
+def _docs_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("guide.pdf", "guide.html", "notes.md", "corrupt.docx"):
+        (folder / name).write_bytes((FIXTURES / name).read_bytes())
+    return folder
+
+
+def test_each_document_chunk_carries_its_section_page_and_a_link_to_its_place(tmp_path: Path) -> None:
+    from ingestion.sources import read_source
+
+    ing = make_ingestor(tmp_path / "store")
+    report = ing.ingest(read_source(_docs_folder(tmp_path)), source="docs")
+    assert (report.new, len(report.errors)) == (3, 1) and "corrupt.docx" in report.errors[0]
+    table = ing.vector_store._open()
+    assert table is not None
+    rows = table.to_lance().to_table(columns=["id", "kb_id"]).to_pylist()
+    nodes = ing.vector_store.get_nodes(node_ids=[r["id"] for r in rows])
+    pdf = [n for n in nodes if n.metadata["kb_id"] == "guide.pdf"]
+    naming = next(n for n in pdf if "Naming Cells" in n.get_content())
+    assert naming.metadata["page"] == 2
+    assert naming.metadata["location_url"].endswith("/docs/guide.pdf#page=2")
+    assert all("sections" not in n.metadata for n in nodes)  # the article's bookkeeping stays on the article
+    assert {n.metadata["page"] for n in pdf} == {1, 2, 3, 4}
+    html = next(n for n in nodes if n.metadata["kb_id"] == "guide.html" and "Ctrl+F12" in n.get_content())
+    assert html.metadata["section"] == "Shortcut keys"
+    assert html.metadata["heading_path"] == "Inserting Tables > Shortcut keys"
+    assert html.metadata["location_url"].endswith("/docs/guide.html#shortcut-keys")
+
+
+def test_documents_change_skip_and_prune_by_path_and_a_file_failing_to_read_is_not_pruned(tmp_path: Path) -> None:
+    from ingestion.sources import read_source
+
+    folder = _docs_folder(tmp_path)
+    (folder / "corrupt.docx").unlink()
+    (folder / "guide.docx").write_bytes((FIXTURES / "guide.docx").read_bytes())
+    ing = make_ingestor(tmp_path / "store")
+    assert ing.ingest(read_source(folder), source="docs").new == 4
+    (folder / "notes.md").write_text("# Printing\n\nNow with colour.\n")  # changed
+    (folder / "guide.html").unlink()  # deleted
+    (folder / "guide.docx").write_bytes((FIXTURES / "corrupt.docx").read_bytes())  # broken by an editor
+    report = ing.ingest(read_source(folder), source="docs", prune=True)
+    assert (report.changed, report.unchanged, report.deleted, len(report.errors)) == (1, 1, 1, 1)
+    assert set(ing.article_store.ids_for_source("docs")) == {"guide.pdf", "notes.md", "guide.docx"}
+
+
+def test_prune_is_skipped_when_a_line_whose_id_is_unknown_failed(tmp_path: Path) -> None:
+    ing = make_ingestor(tmp_path)
+    ing.ingest(corpus(4), source="gen")
+    report = ing.ingest([*corpus(2), SourceError("kb.jsonl", 3, "invalid JSON")], source="gen", prune=True)
+    assert report.deleted == 0 and report.prune_skipped and "1 items could not be read" in report.prune_skipped
+    assert len(ing.article_store.ids_for_source("gen")) == 4

@@ -1,14 +1,17 @@
-"""Article sources: JSONL and Markdown/HTML folders; bad input becomes a clear, located error."""
+"""Article sources: JSONL files, documents and mixed folders; bad input becomes a clear, located error."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from ingestion.sources import MAX_ARTICLE_CHARS, SourceError, html_to_text, read_source
-from ragidx.article import Article
+from ingestion.sources import MAX_ARTICLE_CHARS, SourceError, read_document, read_source
+from ragidx.article import SECTIONS, Article
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
 
 
 def write_lines(path: Path, lines: list[bytes]) -> Path:
@@ -74,30 +77,153 @@ def test_folder_of_markdown_and_html(tmp_path: Path) -> None:
     )
     (tmp_path / "empty.md").write_text("  \n")
     (tmp_path / "bad.md").write_bytes(b"\xff\xfe broken")
-    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / "notes.csv").write_text("a,b")  # not a type ragidx reads: left out (and logged)
     items = list(read_source(tmp_path))
     articles = {a.kb_id: a for a in items if isinstance(a, Article)}
     assert set(articles) == {"guides/tables.md", "print.html"}
+    assert articles["guides/tables.md"].metadata["folder"] == "guides"
     assert articles["guides/tables.md"].title == "Tables"
     assert articles["print.html"].title == "Printing"
     assert "Choose File > Print." in articles["print.html"].content
     assert "x()" not in articles["print.html"].content and "p{}" not in articles["print.html"].content
     errors = sorted(str(e) for e in items if isinstance(e, SourceError))
     assert errors[0].startswith(str(tmp_path / "bad.md")) and "not UTF-8" in errors[0]
-    assert errors[1] == f"{tmp_path / 'empty.md'}: empty document, nothing to index"
+    assert errors[1] == f"{tmp_path / 'empty.md'}: no text in it, nothing to index"
 
 
 def test_unsupported_or_missing_path_raises_with_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         list(read_source(tmp_path / "nope.jsonl"))
     (tmp_path / "x.csv").write_text("a,b")
-    with pytest.raises(ValueError, match=r"give a \.jsonl file, a \.md/\.html file, or a folder"):
+    with pytest.raises(ValueError, match=r"give a \.jsonl file, a document \(\.docx, .*\.pdf.*\) or a folder"):
         list(read_source(tmp_path / "x.csv"))
 
 
-def test_html_to_text_keeps_blocks_apart() -> None:
-    title, text = html_to_text("<title>T</title><p>one</p><p>two</p>")
-    assert (title, text) == ("T", "one\n\ntwo")
+def test_a_line_nested_1500_levels_deep_is_that_lines_error_and_the_rest_is_read() -> None:
+    items = list(read_source(FIXTURES / "kb.jsonl"))
+    assert [a.kb_id for a in items if isinstance(a, Article)] == ["kb-1", "kb-2", "kb-3"]
+    [error] = [e for e in items if isinstance(e, SourceError)]
+    assert str(error) == f"{FIXTURES / 'kb.jsonl'}:3: JSON nested too deeply to read: flatten this line's object"
+
+
+def test_any_exception_reading_one_line_is_that_lines_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ingestion.sources as sources
+
+    path = write_lines(tmp_path / "kb.jsonl", [good(1), good(2), good(3)])
+    real = sources._article_from_record
+
+    def crash_on_two(data: object, path: str, line_no: int) -> object:
+        if line_no == 2:
+            raise KeyError("boom")
+        return real(data, path, line_no)
+
+    monkeypatch.setattr(sources, "_article_from_record", crash_on_two)
+    items = list(read_source(path))
+    assert [a.kb_id for a in items if isinstance(a, Article)] == ["k1", "k3"]
+    assert [str(e) for e in items if isinstance(e, SourceError)] == [
+        f"{path}:2: could not read this line (KeyError: 'boom')"
+    ]
+
+
+def test_a_binary_file_named_jsonl_is_one_error_not_one_per_line() -> None:
+    items = list(read_source(FIXTURES / "binary.jsonl"))
+    assert len(items) == 1 and isinstance(items[0], SourceError)
+    assert str(items[0]) == (
+        f"{FIXTURES / 'binary.jsonl'}: binary content, not JSON lines: is it really a .jsonl file? Nothing read from it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("encrypted.pdf", "encrypted PDF (it needs a password): save an unencrypted copy (qpdf --decrypt"),
+        ("corrupt.docx", "not a readable Word .docx file (PackageNotFoundError: damaged, truncated"),
+        ("empty.md", "empty file (0 bytes), nothing to index"),
+    ],
+)
+def test_each_bad_document_is_one_error_naming_the_file_and_what_to_do(name: str, reason: str) -> None:
+    item = read_document(FIXTURES / name, FIXTURES)
+    assert isinstance(item, SourceError) and item.kb_id == name and item.line is None
+    assert str(item).startswith(f"{FIXTURES / name}: {reason}")
+
+
+def test_a_document_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "huge.txt"
+    with big.open("wb") as fh:  # 200 MB, sparse: nothing is written or read
+        fh.truncate(200 * 2**20)
+    item = read_document(big, tmp_path, max_file_bytes=100 * 2**20)
+    assert isinstance(item, SourceError)
+    assert item.reason == (
+        "200 MB is over the 100 MB limit for one document: split it, or raise max_file_mb (RAGIDX_MAX_FILE_MB)"
+    )
+
+
+def test_a_pdf_that_is_not_one_and_a_text_file_that_is_binary_are_named(tmp_path: Path) -> None:
+    (tmp_path / "fake.pdf").write_text("hello")
+    (tmp_path / "image.md").write_bytes((FIXTURES / "scanned.pdf").read_bytes())
+    fake, image = read_document(tmp_path / "fake.pdf", tmp_path), read_document(tmp_path / "image.md", tmp_path)
+    assert isinstance(fake, SourceError) and "not a PDF (its content starts b'hello')" in fake.reason
+    assert isinstance(image, SourceError) and image.reason == "binary content, not text: is it really a .md file?"
+
+
+def test_a_file_that_disappears_while_the_folder_is_read_is_its_error_and_the_rest_is_read(tmp_path: Path) -> None:
+    for name in ("a.md", "b.md", "c.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nText of {name}.\n")
+    items = read_source(tmp_path)
+    first = next(items)
+    (tmp_path / "b.md").unlink()  # gone after the folder was listed
+    rest = list(items)
+    assert isinstance(first, Article) and first.kb_id == "a.md"
+    assert isinstance(rest[0], SourceError) and rest[0].kb_id == "b.md"
+    assert rest[0].reason == "disappeared while ingesting: run again (with --prune to drop it from the index)"
+    assert isinstance(rest[1], Article) and rest[1].kb_id == "c.md"
+
+
+def test_mixed_folder_of_real_documents_gives_one_article_per_file_and_every_error(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES, tmp_path / "docs", ignore=shutil.ignore_patterns("*.py"))
+    items = list(read_source(tmp_path / "docs"))
+    articles = {a.kb_id: a for a in items if isinstance(a, Article)}
+    errors = sorted(Path(e.path).name for e in items if isinstance(e, SourceError))
+    assert sorted(articles) == [
+        "guide.docx", "guide.html", "guide.pdf", "kb-1", "kb-2", "kb-3", "notes.md", "readme.txt", "scanned.pdf"
+    ]  # fmt: skip
+    assert errors == ["binary.jsonl", "corrupt.docx", "empty.md", "encrypted.pdf", "kb.jsonl"]
+    assert articles["scanned.pdf"].metadata["ocr"] is True and "Ctrl+F12" in articles["scanned.pdf"].content
+    pdf = articles["guide.pdf"]
+    assert pdf.title == "Calc and Writer guide" and pdf.url.endswith("/docs/guide.pdf")
+    assert pdf.metadata["format"] == "pdf" and pdf.metadata["folder"] == ""
+    pages = {s["section"]: s["page"] for s in pdf.metadata[SECTIONS]}
+    assert pages["19xx/20xx Years"] == 1 and pages["Naming Cells"] == 2 and pages["Shortcut keys"] == 4  # pypdf agrees
+    for kb_id in ("guide.pdf", "guide.docx", "guide.html"):  # the same table, as rows of cells
+        assert "| Ctrl+F12 | Insert table |" in articles[kb_id].content, kb_id
+        assert "The default is 1930 to 2029." in articles[kb_id].content, kb_id
+    anchors = {s["section"]: s.get("anchor") for s in articles["guide.html"].metadata[SECTIONS]}
+    assert anchors["Naming Cells"] == "naming-cells"
+
+
+def test_documents_link_to_where_they_are_published_with_base_url(tmp_path: Path) -> None:
+    (tmp_path / "calc").mkdir()
+    (tmp_path / "calc" / "dates and times.md").write_text("# Dates\n\nThe default is 1930 to 2029.\n")
+    [a] = list(read_source(tmp_path, base_url="https://docs.example.org/help/"))
+    assert (a.kb_id, a.url) == ("calc/dates and times.md", "https://docs.example.org/help/calc/dates%20and%20times.md")
+    [local] = list(read_source(tmp_path))
+    assert local.url == (tmp_path / "calc" / "dates and times.md").resolve().as_uri()
+
+
+def test_a_document_whose_file_is_unchanged_is_not_read_again(tmp_path: Path) -> None:
+    from ingestion.sources import FILE_STAMP
+
+    page = tmp_path / "a.md"
+    page.write_text("# A\n\nFirst text.\n")
+    first = read_document(page, tmp_path)
+    assert isinstance(first, Article) and FILE_STAMP in first.metadata
+    stored = {"a.md": first}
+    assert read_document(page, tmp_path, known=stored.get) is first  # handed on as stored, not read
+    page.write_text("# A\n\nSecond text, longer.\n")  # another size: read again
+    second = read_document(page, tmp_path, known=stored.get)
+    assert isinstance(second, Article) and "Second text" in second.content
+    elsewhere = read_document(page, tmp_path, known={"a.md": second}.get, base_url="https://x/")
+    assert isinstance(elsewhere, Article) and elsewhere is not second and elsewhere.url == "https://x/a.md"
 
 
 def test_jsonl_metadata_object_and_extra_keys_are_the_articles_metadata(tmp_path: Path) -> None:

@@ -51,6 +51,28 @@ def test_matched_chunk_ids_are_the_articles_own_chunks_best_first() -> None:
     assert out[1].node.metadata[MATCHED_CHUNKS] == ["b#0"]
 
 
+def test_a_document_article_carries_its_best_chunks_place_and_not_its_section_list() -> None:
+    doc = Article(
+        "guide.pdf", "Guide", "file:///kb/guide.pdf", "p1 text\n\np2 text",
+        metadata={"format": "pdf", "sections": [{"start": 0, "page": 1}, {"start": 10, "page": 2}]},
+    )  # fmt: skip
+    located = {
+        "section": "Naming",
+        "heading_path": "A > Naming",
+        "page": 2,
+        "location_url": "file:///kb/guide.pdf#page=2",
+    }
+    nodes = [chunk("guide.pdf", 0, 0.3), chunk("guide.pdf", 1, 0.8), chunk("plain", 0, 0.5)]
+    nodes[1].node.metadata.update(located)
+    out = ArticleGrouper(DictArticles([doc, article("plain")])).postprocess_nodes(nodes)
+    meta = out[0].node.metadata
+    assert meta["location"] == {
+        "section": "Naming", "heading_path": "A > Naming", "page": 2, "url": "file:///kb/guide.pdf#page=2"
+    }  # fmt: skip
+    assert "sections" not in meta and meta["format"] == "pdf"
+    assert "location" not in out[1].node.metadata  # a JSONL article has no place inside it
+
+
 def test_the_whole_article_is_returned_not_the_chunk() -> None:
     out = grouper("a").postprocess_nodes([chunk("a", 3, 0.5, text="a fragment")])
     art = article_from_node(out[0])

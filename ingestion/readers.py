@@ -1,0 +1,540 @@
+"""Document readers: PDF, Word (DOCX), HTML, Markdown and plain text files as LlamaIndex ``Document`` sections.
+
+Each reader is a LlamaIndex ``BaseReader`` (usable as a ``SimpleDirectoryReader`` ``file_extractor``) whose
+``load_data`` returns one ``Document`` per section of the file, in order, with in its metadata:
+
+- ``title``: the document's title (the same on every section);
+- ``heading_path``: the headings above the section, outermost first (``["Tables", "Merging cells"]``);
+- ``section``: the innermost of them ('' before the first heading);
+- ``page``: the 1-based page the section starts on (PDF only);
+- ``anchor``: the HTML ``id`` (or Markdown heading slug) a link to the section ends with.
+
+Headings are Markdown (``## Heading``) in DOCX, HTML and Markdown text; tables are Markdown rows of cells
+(``| Ctrl+F12 | Insert table |``), never the cells one per line. A file that cannot be read raises
+``DocumentReadError`` whose message says what is wrong and what to do (an encrypted PDF, a PDF with no text
+layer, a corrupt Word file).
+
+Libraries, chosen by ``benchmarks/readers.py`` (text recall against the source text, and speed, on LibreOffice
+twins of the bundled help articles): pypdfium2 for PDF text and outline (as complete as pypdf and pdfplumber,
+several times faster), pdfplumber only to find ruled tables on a page, python-docx for Word (docx2txt writes
+each table cell as its own paragraph and drops the heading levels), BeautifulSoup + markdownify for HTML
+(trafilatura drops the short pages of a help site as boilerplate). OCR of scanned PDFs: RapidOCR
+(rapidocr-onnxruntime, the optional ``ocr`` extra), whose models ship inside its wheel.
+
+Example:
+    >>> from pathlib import Path
+    >>> docs = MarkdownReader().load_data(Path("guide.md"))  # doctest: +SKIP
+    >>> docs[1].metadata["heading_path"]  # doctest: +SKIP
+    ['Guide', 'Install']
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.readers.base import BaseReader
+from llama_index.core.schema import Document
+
+logger = logging.getLogger(__name__)
+
+SECTION_KEYS = ("heading_path", "section", "page", "anchor")
+
+
+class DocumentReadError(Exception):
+    """A file that cannot be read; the message says what is wrong and what to do."""
+
+
+@dataclass
+class Section:
+    """One section of a document: its headings, text, and where it starts."""
+
+    heading_path: list[str]
+    text: str
+    page: int | None = None
+    anchor: str | None = None
+
+    def to_document(self, title: str, extra: dict[str, Any] | None = None) -> Document:
+        meta: dict[str, Any] = {
+            **(extra or {}),
+            "title": title,
+            "heading_path": list(self.heading_path),
+            "section": self.heading_path[-1] if self.heading_path else "",
+        }
+        if self.page is not None:
+            meta["page"] = self.page
+        if self.anchor:
+            meta["anchor"] = self.anchor
+        return Document(text=self.text, metadata=meta)
+
+
+@dataclass
+class _Outline:
+    """A heading stack: ``push(level, title)`` gives the path of a new heading."""
+
+    stack: list[tuple[int, str]] = field(default_factory=list)
+
+    def push(self, level: int, title: str) -> list[str]:
+        while self.stack and self.stack[-1][0] >= level:
+            self.stack.pop()
+        self.stack.append((level, title))
+        return [t for _, t in self.stack]
+
+    @property
+    def path(self) -> list[str]:
+        return [t for _, t in self.stack]
+
+
+def slug(text: str) -> str:
+    """The anchor Markdown renderers give a heading (``Table keys`` -> ``table-keys``)."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def _documents(sections: Iterable[Section], title: str, extra: dict[str, Any] | None) -> list[Document]:
+    return [s.to_document(title, extra) for s in sections if s.text.strip()]
+
+
+def _clean(text: str) -> str:
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = re.sub(r"[ \t\u00a0]+", " ", text)
+    text = re.sub(r" *\n *", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def table_rows(rows: Iterable[Iterable[str | None]]) -> str:
+    """Rows of cells as a Markdown table (the first row is the header); merged cells are written once.
+
+    Example:
+        >>> print(table_rows([["Keys", "Effect"], ["Ctrl+F12", "Insert table"]]))
+        | Keys | Effect |
+        | --- | --- |
+        | Ctrl+F12 | Insert table |
+    """
+    out: list[str] = []
+    for row in rows:
+        cells: list[str] = []
+        for cell in row:
+            text = " ".join((cell or "").split()).replace("|", "\\|")
+            if cells and cells[-1] == text and text:
+                continue  # a merged cell repeats its text in each grid cell it spans
+            cells.append(text)
+        if not any(cells):
+            continue
+        out.append("| " + " | ".join(cells) + " |")
+        if len(out) == 1:
+            out.append("| " + " | ".join("---" for _ in cells) + " |")
+    return "\n".join(out)
+
+
+# --- PDF ------------------------------------------------------------------------------------------------------
+class PdfReader(BaseReader):
+    """Text PDFs, one section per outline heading and page: ``page`` is 1-based, ruled tables are Markdown rows.
+
+    A PDF whose pages hold no text (a scan) is read by OCR when RapidOCR is installed (``ragidx[ocr]``; its
+    sections then carry ``ocr: True``), else raises ``DocumentReadError`` saying so.
+
+    Example:
+        >>> docs = PdfReader().load_data(Path("manual.pdf"))  # doctest: +SKIP
+        >>> docs[0].metadata["page"]  # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, *, tables: bool = True, ocr: bool = True) -> None:
+        super().__init__()
+        self.tables = tables
+        self.ocr = ocr
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        import pypdfium2 as pdfium
+
+        try:
+            pdf = pdfium.PdfDocument(str(file))
+        except pdfium.PdfiumError as exc:
+            message = str(exc)
+            if "password" in message.lower():
+                raise DocumentReadError(
+                    "encrypted PDF (it needs a password): save an unencrypted copy "
+                    "(qpdf --decrypt --password=PASSWORD in.pdf out.pdf) and ingest that"
+                ) from exc
+            raise DocumentReadError(f"not a readable PDF ({message}): export it again from its source") from exc
+        try:
+            pages, ruled = [], []
+            for index, page in enumerate(pdf):
+                pages.append(_clean(page.get_textpage().get_text_range()))
+                if self.tables and _has_rules(page):
+                    ruled.append(index)
+            toc = [(b.get_title().strip(), _dest_page(b), b.level) for b in pdf.get_toc()]
+            meta_title = (pdf.get_metadata_dict().get("Title") or "").strip()
+        finally:
+            pdf.close()
+        ocr = False
+        if not any(pages):
+            if not (self.ocr and ocr_available()):
+                raise DocumentReadError(
+                    f"no text layer in its {len(pages)} page(s) (a scanned PDF?) and no OCR here: "
+                    "pip install 'ragidx[ocr]' (RapidOCR, offline) and ingest again, or make a searchable copy "
+                    "(e.g. ocrmypdf in.pdf out.pdf) and ingest that"
+                )
+            pages, ocr = _ocr_pages(file), True
+            if not any(pages):
+                raise DocumentReadError(
+                    f"no text layer in its {len(pages)} page(s), and OCR found no text in them: check the scan"
+                )
+        if ruled:
+            pages = _with_tables(file, pages, ruled)
+        title = meta_title or next((t for t, _, _ in toc if t), "") or _first_line("\n".join(pages)) or file.stem
+        return _documents(_pdf_sections(pages, toc), title, {**(extra_info or {}), **({"ocr": True} if ocr else {})})
+
+
+def ocr_available() -> bool:
+    """Whether RapidOCR (``pip install 'ragidx[ocr]'``: ONNX models inside the wheel, nothing downloaded) is here."""
+    import importlib.util
+
+    return importlib.util.find_spec("rapidocr_onnxruntime") is not None
+
+
+_OCR_ENGINE: Any = None
+
+
+def _ocr_pages(file: Path) -> list[str]:
+    """Each page rendered at 200 dpi and read by RapidOCR, its lines top to bottom."""
+    global _OCR_ENGINE
+    import pypdfium2 as pdfium
+    from rapidocr_onnxruntime import RapidOCR
+
+    if _OCR_ENGINE is None:
+        _OCR_ENGINE = RapidOCR()
+    pages = []
+    pdf = pdfium.PdfDocument(str(file))
+    try:
+        for page in pdf:
+            found, _ = _OCR_ENGINE(page.render(scale=200 / 72).to_numpy())
+            lines = sorted(found or [], key=lambda r: (r[0][0][1], r[0][0][0]))  # by top edge, then left
+            pages.append(_clean("\n".join(str(r[1]) for r in lines)))
+    finally:
+        pdf.close()
+    return pages
+
+
+def _dest_page(bookmark: Any) -> int | None:
+    dest = bookmark.get_dest()
+    index = dest.get_index() if dest is not None else None
+    return None if index is None else int(index)
+
+
+def _pdf_sections(pages: list[str], toc: list[tuple[str, int | None, int]]) -> Iterator[Section]:
+    """Split each page's text at the outline headings that start on it (found as a line of the page)."""
+    outline = _Outline()
+    by_page: dict[int, list[tuple[str, int]]] = {}
+    for title, page, level in toc:
+        if title and page is not None:
+            by_page.setdefault(page, []).append((title, level))
+    for index, text in enumerate(pages):
+        if not text:
+            continue
+        lines = text.split("\n")
+        start = 0
+        for title, level in by_page.get(index, []):
+            at = next((i for i in range(start, len(lines)) if lines[i].strip() == title), None)
+            if at is None:
+                outline.push(level, title)  # the heading is on this page but not a line of its own
+                continue
+            if at > start:
+                yield Section(outline.path, "\n".join(lines[start:at]), page=index + 1)
+            outline.push(level, title)
+            start = at
+        yield Section(outline.path, "\n".join(lines[start:]), page=index + 1)
+
+
+def _has_rules(page: Any) -> bool:
+    """Whether a page draws enough lines or boxes to hold a ruled table (counted by pdfium, which is cheap:
+    pdfplumber's layout of a page costs some 30 times its text extraction, so only such pages get it)."""
+    import pypdfium2.raw as pdfium_c
+
+    paths = page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=1)
+    return sum(1 for _ in itertools.islice(paths, 4)) >= 4
+
+
+def _with_tables(file: Path, pages: list[str], ruled: list[int]) -> list[str]:
+    """The ruled tables of pages ``ruled`` (pdfplumber) written as Markdown rows in place of their lines."""
+    import pdfplumber
+
+    out = list(pages)
+    try:
+        with pdfplumber.open(str(file)) as pdf:
+            for index in ruled:
+                if not out[index]:
+                    continue
+                for table in pdf.pages[index].extract_tables():
+                    out[index] = _replace_rows(out[index], table)
+    except Exception as exc:  # tables are a refinement: the text is already read
+        logger.debug("pdfplumber could not read the tables of %s: %s", file, exc)
+    return out
+
+
+def _replace_rows(text: str, table: list[list[str | None]]) -> str:
+    rows = [[" ".join((c or "").split()) for c in row] for row in table]
+    lines = text.split("\n")
+    found: list[int] = []
+    for row in rows:
+        joined = " ".join(c for c in row if c)
+        at = next((i for i in range(found[-1] + 1 if found else 0, len(lines)) if lines[i].strip() == joined), None)
+        if at is None:
+            return text  # the table's rows are not lines of the text as read: leave the text as it is
+        found.append(at)
+    markdown = table_rows(rows).split("\n")
+    first, last = found[0], found[-1]
+    if last - first + 1 != len(found):
+        return text
+    return "\n".join([*lines[:first], *markdown, *lines[last + 1 :]])
+
+
+# --- DOCX -----------------------------------------------------------------------------------------------------
+class DocxReader(BaseReader):
+    """Word documents (.docx): headings (``Heading N`` and ``Title`` styles) as Markdown headings that start
+    sections, list items as ``- item``, tables as Markdown rows.
+
+    Example:
+        >>> docs = DocxReader().load_data(Path("policy.docx"))  # doctest: +SKIP
+    """
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        import docx
+        from docx.table import Table
+        from docx.text.paragraph import Paragraph
+
+        try:
+            document = docx.Document(str(file))
+        except Exception as exc:  # zipfile.BadZipFile, KeyError (a part missing), lxml errors
+            raise DocumentReadError(
+                f"not a readable Word .docx file ({type(exc).__name__}: damaged, truncated, or another format "
+                "renamed .docx): open it in Word or LibreOffice, save it again as .docx and ingest that"
+            ) from exc
+        outline = _Outline()
+        sections: list[Section] = []
+        current: list[str] = []
+        title = ""
+
+        def close() -> None:
+            if current:
+                sections.append(Section(outline.path, "\n\n".join(current)))
+                current.clear()
+
+        for block in document.iter_inner_content():
+            if isinstance(block, Table):
+                current.append(table_rows([c.text for c in row.cells] for row in block.rows))
+                continue
+            if not isinstance(block, Paragraph):
+                continue
+            text = " ".join(block.text.split())
+            if not text:
+                continue
+            level = _heading_level(block.style.name if block.style is not None else "")
+            if level:
+                close()
+                title = title or text
+                outline.push(level, text)
+                current.append(f"{'#' * level} {text}")
+            elif "List" in (block.style.name if block.style is not None else ""):
+                current.append(f"- {text}")
+            else:
+                current.append(text)
+        close()
+        core = (document.core_properties.title or "").strip()
+        title = title or core or _first_line("\n".join(s.text for s in sections)) or file.stem
+        return _documents(_merge_lists(sections), title, extra_info)
+
+
+def _heading_level(style: str) -> int:
+    if style == "Title":
+        return 1
+    match = re.fullmatch(r"Heading (\d)", style)
+    return int(match.group(1)) if match else 0
+
+
+def _merge_lists(sections: list[Section]) -> list[Section]:
+    """Consecutive list items are one block (one newline apart, not a paragraph each)."""
+    for s in sections:
+        s.text = re.sub(r"(?m)^(- .*)\n\n(?=- )", r"\1\n", s.text)
+        s.text = re.sub(r"(?m)^(- .*)\n\n(?=- )", r"\1\n", s.text)
+    return sections
+
+
+# --- HTML -----------------------------------------------------------------------------------------------------
+_DROP = ("script", "style", "noscript", "template", "nav", "aside", "footer", "form", "button", "iframe", "svg")
+
+
+class HtmlReader(BaseReader):
+    """HTML pages (single pages or a site's export): the main content (``<main>``, ``role=main``, ``<article>``
+    or the body, without navigation, scripts and footers) as Markdown, one section per heading with its ``id``
+    as ``anchor``; tables as Markdown rows.
+
+    Example:
+        >>> docs = HtmlReader().load_data(Path("site/print.html"))  # doctest: +SKIP
+        >>> docs[1].metadata["anchor"]  # doctest: +SKIP
+        'printing-a-document'
+    """
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        title, sections = html_sections(Path(file).read_bytes())
+        return _documents(sections, title or file.stem, extra_info)
+
+
+def html_sections(raw: bytes | str) -> tuple[str, list[Section]]:
+    """(title, sections) of an HTML page."""
+    from bs4 import BeautifulSoup
+    from markdownify import MarkdownConverter
+
+    soup = BeautifulSoup(raw, "lxml")
+    title = " ".join(soup.title.get_text().split()) if soup.title else ""
+    main: Any = soup.find("main") or soup.select_one('[role="main"]') or soup.find("article") or soup.body or soup
+    for tag in main.find_all(_DROP):
+        tag.decompose()
+    anchors: list[tuple[str, str]] = []
+    for heading in main.find_all(re.compile(r"^h[1-6]$")):
+        anchor = heading.get("id") or _inner_anchor(heading) or _parent_anchor(heading)
+        anchors.append((" ".join(heading.get_text().split()), str(anchor or "")))
+    converter = MarkdownConverter(
+        heading_style="ATX",
+        strip=["a", "img"],
+        escape_asterisks=False,
+        escape_underscores=False,
+        escape_misc=False,
+        bullets="-",
+    )
+    markdown = converter.convert_soup(main)
+    if not title:
+        title = next((t for t, _ in anchors if t), "")
+    return title, list(_markdown_sections(markdown, anchors))
+
+
+def _inner_anchor(heading: Any) -> str | None:
+    inner = heading.find(["a", "span"], attrs={"id": True}) or heading.find("a", attrs={"name": True})
+    return (inner.get("id") or inner.get("name")) if inner is not None else None
+
+
+def _parent_anchor(heading: Any) -> str | None:
+    parent = heading.parent
+    if parent is not None and parent.name in ("section", "div", "article") and parent.get("id"):
+        first = parent.find(re.compile(r"^h[1-6]$"))
+        if first is heading:
+            return str(parent.get("id"))
+    return None
+
+
+# --- Markdown and text ----------------------------------------------------------------------------------------
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _markdown_sections(text: str, anchors: list[tuple[str, str]] | None = None) -> Iterator[Section]:
+    """Split Markdown at its ATX headings (not inside fenced code); ``anchors`` (heading text, id) in order
+    give the anchors of an HTML page's headings, else each heading's slug."""
+    outline = _Outline()
+    pending = list(anchors) if anchors is not None else None
+    lines: list[str] = []
+    anchor: str | None = None
+    in_fence = False
+    text = re.sub(r"\n{3,}", "\n\n", text.replace("\r\n", "\n"))
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        match = None if in_fence else _HEADING.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        if "\n".join(lines).strip():
+            yield Section(outline.path, "\n".join(lines).strip(), anchor=anchor)
+        heading = match.group(2).strip()
+        outline.push(len(match.group(1)), heading)
+        lines = [line]
+        anchor = _take_anchor(pending, heading) if pending is not None else slug(heading)
+    if "\n".join(lines).strip():
+        yield Section(outline.path, "\n".join(lines).strip(), anchor=anchor)
+
+
+def _take_anchor(pending: list[tuple[str, str]], heading: str) -> str | None:
+    for i, (text, anchor) in enumerate(pending):
+        if text == heading:
+            del pending[: i + 1]
+            return anchor or None
+    return None
+
+
+class MarkdownReader(BaseReader):
+    """Markdown files: YAML front matter's ``title`` (else the first ``#`` heading) as title, one section per
+    heading with its slug as ``anchor``.
+
+    Example:
+        >>> docs = MarkdownReader().load_data(Path("README.md"))  # doctest: +SKIP
+    """
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        text = decode_text(Path(file).read_bytes())
+        title = ""
+        front = re.match(r"\A---\n(.*?)\n---\n", text, flags=re.DOTALL)
+        if front:
+            text = text[front.end() :]
+            found = re.search(r"(?m)^title:\s*['\"]?(.+?)['\"]?\s*$", front.group(1))
+            title = found.group(1).strip() if found else ""
+        first = re.search(r"(?m)^#\s+(.+?)\s*#*\s*$", text)
+        title = title or (first.group(1).strip() if first else "") or _first_line(text) or file.stem
+        return _documents(_markdown_sections(text), title, extra_info)
+
+
+class TextReader(BaseReader):
+    """Plain text files: one section, the first line as title.
+
+    Example:
+        >>> TextReader().load_data(Path("notes.txt"))[0].metadata["title"]  # doctest: +SKIP
+        'Release notes'
+    """
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        text = _clean(decode_text(Path(file).read_bytes()))
+        return _documents([Section([], text)], _first_line(text) or file.stem, extra_info)
+
+
+def decode_text(raw: bytes) -> str:
+    """UTF-8 text (a BOM dropped); other bytes raise ``DocumentReadError`` saying to re-encode."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentReadError(f"not UTF-8 (byte {exc.start}): re-encode the file as UTF-8") from exc
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line[:200]
+    return ""
+
+
+READERS: dict[str, type[BaseReader]] = {
+    ".pdf": PdfReader,
+    ".docx": DocxReader,
+    ".html": HtmlReader,
+    ".htm": HtmlReader,
+    ".xhtml": HtmlReader,
+    ".md": MarkdownReader,
+    ".markdown": MarkdownReader,
+    ".txt": TextReader,
+    ".text": TextReader,
+}
+"""The reader of each file suffix (lower case)."""
+
+
+def file_extractor() -> dict[str, BaseReader]:
+    """A ``SimpleDirectoryReader`` ``file_extractor`` with a reader for every suffix of ``READERS``.
+
+    Example:
+        >>> sorted(file_extractor())[:3]
+        ['.docx', '.htm', '.html']
+    """
+    return {suffix: reader() for suffix, reader in READERS.items()}
