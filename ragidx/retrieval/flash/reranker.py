@@ -3,8 +3,12 @@
 Turn 1 shows the model up to ``max_candidates`` one-line summaries (``[ID:n] date | size | title``)
 with the date, the query and optional conversation/user facts. The model may call
 ``get_topics_content(ids)`` (a batch, up to ``max_tool_calls`` times) to read full articles, then
-answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. The tool is offered, not forced: a valid
-answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured.
+answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. In ``auto`` mode the tool is offered, not forced: a
+valid answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured. In
+``forced`` mode the first call must call the tool: a reply without one is a protocol violation
+(``FlashDecision.PROTOCOL_VIOLATION``), which falls back to the upstream order and is counted in the
+metrics' fallbacks with that reason, whatever the reply says (a safety net for endpoints that ignore
+``tool_choice``).
 
 Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; after a tool
 call, invalid JSON, a timeout or too many tool calls return the first ``max_topics`` ids the model asked
@@ -447,6 +451,11 @@ class FlashReranker(BaseNodePostprocessor):
                         ChatMessage(role=MessageRole.USER, content=tool_limit_note(self.max_tool_calls))
                     )
                 continue
+            if forced:
+                # The tool call was required: an answer that skips it was given without reading any article.
+                # Taken at its word it would pass unread picks off as a reranking; the upstream order stands.
+                run.error = "the reply made no get_topics_content call where one was required (forced mode)"
+                return self._finish(run, shown, FlashDecision.PROTOCOL_VIOLATION, started)
             return self._accept(run, shown, text, started)
 
     def _answer_tool_call(self, run: _Run, call: ToolSelection) -> str:

@@ -426,6 +426,23 @@ def test_forced_mode_falls_back_to_the_requested_ids_when_the_answer_is_unusable
     assert (result.decision, result.source, result.selected_kb_ids) == (D.INVALID_JSON, S.TOOL_REQUESTS, kb(4, 2))
 
 
+def test_forced_mode_reply_without_the_tool_call_is_a_protocol_violation_in_upstream_order() -> None:
+    # A valid-looking answer that skipped the required call was given without reading any article.
+    llm = ScriptedLLM([answer(4, 2)])
+    result = make_reranker(llm, tool_mode="forced", max_topics=3).rerank_detailed("q", article_nodes(5))
+
+    assert (result.decision, result.source, result.selected_kb_ids) == (D.PROTOCOL_VIOLATION, S.UPSTREAM, kb(1, 2, 3))
+    assert result.is_fallback
+    assert "required" in (result.error or "")
+    assert len(llm.calls) == 1
+    assert result.trace is not None and result.trace.decision is D.PROTOCOL_VIOLATION
+
+
+def test_auto_mode_still_accepts_an_answer_without_a_tool_call() -> None:
+    result = make_reranker(ScriptedLLM([answer(4, 2)]), tool_mode="auto").rerank_detailed("q", article_nodes(5))
+    assert (result.decision, result.selected_kb_ids) == (D.ACCEPTED, kb(4, 2))
+
+
 def test_inline_tool_results_send_no_tool_messages() -> None:
     llm = ScriptedLLM([tool_call(2), answer(2)])
     result = make_reranker(llm, inline_tool_results=True).rerank_detailed("q", article_nodes(3))
