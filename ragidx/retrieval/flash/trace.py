@@ -110,6 +110,9 @@ class FlashTrace(BaseModel):
     model_name: str = ""
     settings: dict[str, Any] = Field(default_factory=dict)
     query: str
+    original_query: str | None = Field(
+        default=None, description="The query as given, when a contextualizer rewrote it into ``query``."
+    )
     today: str
     conversation: list[str] = Field(default_factory=list)
     user_facts: list[str] = Field(default_factory=list)
