@@ -94,6 +94,7 @@ class Engine:
         self._agent: Any | None = None
         self._memory: Any | None = None
         self._lock = threading.Lock()
+        self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
@@ -501,17 +502,40 @@ class Engine:
         whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads."""
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
-        return make_retrieve_context_tool(self.retriever)
+        return make_retrieve_context_tool(self.retriever, cap=self.retrieval_cap)
 
-    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None) -> Any:
+    # --- the budget on LlamaIndex's own agents (budgeted_llm + retrieve_context_tool share the cap) ---------
+    @property
+    def retrieval_cap(self) -> RetrievalCap:
+        """How many articles the next search of :meth:`retrieve_context_tool` may return: set after every call
+        of an LLM from :meth:`budgeted_llm` by the room left in its window (the small-window top-k)."""
+        if self._retrieval_cap is None:
+            from ragidx.budget import RetrievalCap
+
+            self._retrieval_cap = RetrievalCap()
+        return self._retrieval_cap
+
+    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None, fallback_llm: Any | None = None) -> Any:
         """``llm`` wrapped so ragidx's context budget (these settings) runs before every call it makes
         (:class:`~ragidx.agent.budgeted_llm.BudgetedLLM`): for a LlamaIndex ``FunctionAgent`` or
         ``AgentWorkflow`` that uses :meth:`retrieve_context_tool`. Tokens are counted with ``tokenizer``
-        (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin)."""
+        (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin).
+
+        A call the budget says needs a larger window goes to ``fallback_llm`` (default: the settings'
+        ``fallback_llm``, if any). After every call the budget sets :attr:`retrieval_cap`, which
+        :meth:`retrieve_context_tool` reads: on a small window the next search returns fewer articles."""
         from ragidx.agent.budgeted_llm import BudgetedLLM
         from ragidx.providers.tokenizer import TokenCounter
 
-        return BudgetedLLM(llm, self._context_budget(TokenCounter(tokenizer or "cl100k_base")))
+        endpoint = self.settings.fallback_llm if fallback_llm is None else None
+        budget = self._context_budget(TokenCounter(tokenizer or "cl100k_base"), cap=self.retrieval_cap)
+        return BudgetedLLM(
+            llm,
+            budget,
+            fallback_llm=self.llm_provider.get(endpoint) if endpoint is not None else fallback_llm,
+            fallback_context_window=endpoint.context_window if endpoint is not None else None,
+            fallback_max_output_tokens=endpoint.max_output_tokens if endpoint is not None else None,
+        )
 
     def _context_budget(
         self, tokens: TokenCounter, *, compressor: ArticleCompressor | None = None, cap: RetrievalCap | None = None
