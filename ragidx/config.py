@@ -398,6 +398,12 @@ class Settings(BaseSettings):
         description="Forced tool mode (the local model): 'always' asks the model for extra search queries "
         "before searching (one more LLM call); 'never' searches the question itself and answers.",
     )
+    memory_summary: Literal["extractive", "llm"] = Field(
+        default="extractive",
+        description="How earlier turns are folded when a conversation outgrows memory_trigger_pct of the window: "
+        "'extractive' (the most recent lines of each message, no LLM call) or 'llm' (the answering model writes "
+        "the summary, keeping facts, names, numbers and sources; one more call, extractive if it fails).",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -321,7 +321,7 @@ class Engine:
         tokens = self.llm_provider.token_counter(s.llm)
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
-        budget = self._context_budget(tokens, compressor=compressor, cap=cap)
+        budget = self._context_budget(tokens, compressor=compressor, cap=cap, memory_llm=llm)
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
@@ -528,7 +528,8 @@ class Engine:
         from ragidx.providers.tokenizer import TokenCounter
 
         endpoint = self.settings.fallback_llm if fallback_llm is None else None
-        budget = self._context_budget(TokenCounter(tokenizer or "cl100k_base"), cap=self.retrieval_cap)
+        tokens = TokenCounter(tokenizer or "cl100k_base")
+        budget = self._context_budget(tokens, cap=self.retrieval_cap, memory_llm=llm)
         return BudgetedLLM(
             llm,
             budget,
@@ -538,15 +539,23 @@ class Engine:
         )
 
     def _context_budget(
-        self, tokens: TokenCounter, *, compressor: ArticleCompressor | None = None, cap: RetrievalCap | None = None
+        self,
+        tokens: TokenCounter,
+        *,
+        compressor: ArticleCompressor | None = None,
+        cap: RetrievalCap | None = None,
+        memory_llm: Any | None = None,
     ) -> ContextBudget:
-        """The context budget these settings describe (budget_* values, the fallback model's window, top_k)."""
-        from ragidx.budget import ContextBudget
+        """The context budget these settings describe (budget_* values, the fallback model's window, top_k); with
+        ``memory_summary="llm"`` earlier turns are summarized by ``memory_llm``."""
+        from ragidx.budget import ContextBudget, ConversationMemory
 
         s = self.settings
+        by_llm = memory_llm if s.memory_summary == "llm" else None
         return ContextBudget(
             tokens,
             compressor,
+            memory=ConversationMemory(by_llm, token_counter=tokens),
             cap=cap,
             trigger_pct=s.budget_trigger_pct,
             target_pct=s.budget_target_pct,

@@ -160,6 +160,16 @@ class BudgetedLLM(FunctionCallingLLM):
     def fallback_llm(self) -> FunctionCallingLLM | None:
         return self._fallback
 
+    @property
+    def budget_memory(self) -> Any:
+        """The budget's ``ConversationMemory`` (folds earlier turns when the conversation grows)."""
+        return self._budget.memory
+
+    @property
+    def budget_memory_llm(self) -> Any | None:
+        """The LLM that writes memory summaries (``Settings.memory_summary="llm"``); None: extractive."""
+        return self._budget.memory.llm
+
     # --- the budget ---------------------------------------------------------------------------------
     async def abudget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
         """The messages that will be sent for this call: the system messages first, then the conversation
