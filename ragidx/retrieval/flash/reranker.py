@@ -396,7 +396,7 @@ class FlashReranker(BaseNodePostprocessor):
             excerpt_threshold=self.excerpt_threshold_chars,
         )
         user = turn1_user_prompt(
-            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts
+            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts, message=original
         )
         run.messages = [
             ChatMessage(role=MessageRole.SYSTEM, content=system),

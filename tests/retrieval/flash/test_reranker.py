@@ -627,7 +627,8 @@ def test_a_follow_up_is_rewritten_from_the_conversation_and_the_model_sees_the_s
     result = flash.rerank_detailed("And how do I update it?", article_nodes(4), conversation=HISTORY)
 
     assert (result.query, result.original_query) == ("How do I update a table of contents?", "And how do I update it?")
-    assert "How do I update a table of contents?" in sent_text(llm, 0)
+    assert "Query: How do I update a table of contents?" in sent_text(llm, 0)
+    assert "Latest message, as the user wrote it (data): And how do I update it?" in sent_text(llm, 0)
     assert "Choose Insert > Table of Contents." in sent_text(llm, 0)  # the conversation is shown too
     assert "How do I insert a table of contents?" in "\n".join(m.content or "" for m in ctx_llm.calls[0].messages)
     assert result.trace is not None and result.trace.original_query == "And how do I update it?"
@@ -637,9 +638,10 @@ def test_a_follow_up_is_rewritten_from_the_conversation_and_the_model_sees_the_s
 
 def test_without_a_conversation_the_query_is_not_rewritten_and_no_call_is_made() -> None:
     ctx, ctx_llm = _rewriter("never used")
-    result = make_reranker(ScriptedLLM([answer(1)]), contextualizer=ctx).rerank_detailed("q", article_nodes(3))
+    llm = ScriptedLLM([answer(1)])
+    result = make_reranker(llm, contextualizer=ctx).rerank_detailed("q", article_nodes(3))
     assert (result.query, result.original_query) == ("q", None)
-    assert ctx_llm.calls == []
+    assert ctx_llm.calls == [] and "Latest message" not in sent_text(llm, 0)
 
 
 def test_a_failed_rewrite_keeps_the_query() -> None:
