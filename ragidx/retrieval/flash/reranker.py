@@ -744,7 +744,8 @@ def _output_nodes(
     """New nodes (inputs untouched) in selection order, scored by position: 1.0, then down to 1/k.
 
     With ``excerpt_as_text`` a node with an excerpt gets it as its text (``excerpt_text``: marked, with where the
-    whole article is) and ``flash_excerpt_of_chars`` (the whole article's length) in its metadata.
+    whole article is) and ``flash_excerpt_of_chars`` (the whole article's length) in its metadata, unless the
+    marked excerpt would be as long as the article.
     """
     k = len(selections)
     out = []
@@ -759,10 +760,13 @@ def _output_nodes(
         if sel.reason:
             meta[FLASH_REASON] = sel.reason
         full_text = original.node.get_content()
+        shown_text = None
         if sel.excerpt:
             meta[FLASH_EXCERPT] = sel.excerpt
-            if excerpt_as_text:
-                meta[EXCERPT_OF_CHARS] = len(full_text)
+            title, url = str(meta.get("title") or sel.kb_id), str(meta.get("url") or "")
+            marked = excerpt_text(sel.excerpt, kb_id=sel.kb_id, title=title, url=url, full_chars=len(full_text))
+            if excerpt_as_text and len(marked) < len(full_text):  # only where it saves: the note has a cost too
+                meta[EXCERPT_OF_CHARS], shown_text = len(full_text), marked
         node = original.node.model_copy(
             update={
                 "metadata": meta,
@@ -770,11 +774,8 @@ def _output_nodes(
                 "excluded_embed_metadata_keys": _with_keys(original.node.excluded_embed_metadata_keys),
             }
         )
-        if sel.excerpt and excerpt_as_text:
-            title, url = str(meta.get("title") or sel.kb_id), str(meta.get("url") or "")
-            node.set_content(
-                excerpt_text(sel.excerpt, kb_id=sel.kb_id, title=title, url=url, full_chars=len(full_text))
-            )
+        if shown_text is not None:
+            node.set_content(shown_text)
         out.append(NodeWithScore(node=node, score=score))
     return out
 

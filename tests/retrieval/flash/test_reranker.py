@@ -354,6 +354,15 @@ def test_an_excerpt_replaces_a_large_articles_text_marked_with_where_the_whole_i
     assert "flash_excerpt_of_chars" not in result.nodes[1].node.metadata
 
 
+def test_an_excerpt_that_saves_nothing_leaves_the_text_whole() -> None:
+    small = "Set max_batch=8 to fix it.\n\nRestart after."  # over the threshold below, shorter than the note
+    llm = ScriptedLLM([answer({"id": 1, "reason": "r", "excerpt": "Set max_batch=8 to fix it."})])
+    result = make_reranker(llm, excerpt_threshold_chars=10).rerank_detailed("q", [article_node(1, text=small)])
+    assert result.nodes[0].node.get_content() == small
+    assert result.nodes[0].node.metadata["flash_excerpt"] == "Set max_batch=8 to fix it."
+    assert "flash_excerpt_of_chars" not in result.nodes[0].node.metadata
+
+
 def test_with_excerpt_replaces_text_off_the_full_text_stays() -> None:
     result, big_text = _excerpt_run(excerpt_replaces_text=False)
     assert result.nodes[0].node.get_content() == big_text
