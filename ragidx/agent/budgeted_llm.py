@@ -182,7 +182,7 @@ class BudgetedLLM(FunctionCallingLLM):
         sent: list[ChatMessage] = asyncio_run(self.abudget(messages, tools))
         return sent
 
-    async def _aroute(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None) -> _Route:
+    async def _aroute(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> _Route:
         """Budget for the wrapped LLM; switch this call to the fallback when the budget says so."""
         system = [m for m in messages if m.role == MessageRole.SYSTEM]
         rest = [m for m in messages if m.role != MessageRole.SYSTEM]
