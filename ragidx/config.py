@@ -293,6 +293,29 @@ class FlashSettings(BaseModel):
     input_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M input tokens (cost metric).")
     output_price_per_million: float = Field(default=0.0, ge=0, description="USD per 1M output tokens.")
     trace_dir: Path | None = Field(default=None, description="Save every rerank's trace here (for replay).")
+    excerpt_replaces_text: bool = Field(
+        default=True,
+        description="An article over excerpt_threshold_chars that flash gave an excerpt of is shown to the answer "
+        "model as that excerpt, marked, with the whole article's kb_id, URL and size (the full text stays in the "
+        "article store); False shows the whole article.",
+    )
+    contextualize: bool = Field(
+        default=True,
+        description="In a conversation, flash first rewrites a follow-up search into a standalone query with its "
+        "model (one short call, only when there is a conversation; unknown words are kept, never guessed), and "
+        "shows the model the recent conversation.",
+    )
+    contextualize_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Time for that rewrite; past it the query is used as it is. None: 60 s for the local model, "
+        "5 s for endpoints.",
+    )
+
+    def effective_contextualize_timeout_s(self, main: LLMEndpoint) -> float:
+        if self.contextualize_timeout_s is not None:
+            return self.contextualize_timeout_s
+        return 60.0 if self.endpoint(main).is_local else 5.0
 
     def endpoint(self, main: LLMEndpoint) -> LLMEndpoint:
         """The endpoint that reranks: ``llm`` or the main one."""
@@ -488,6 +511,12 @@ class Settings(BaseSettings):
         default="never",
         description="Forced tool mode (the local model): 'always' asks the model for extra search queries "
         "before searching (one more LLM call); 'never' searches the question itself and answers.",
+    )
+    memory_summary: Literal["extractive", "llm"] = Field(
+        default="extractive",
+        description="How earlier turns are folded when a conversation outgrows memory_trigger_pct of the window: "
+        "'extractive' (the most recent lines of each message, no LLM call) or 'llm' (the answering model writes "
+        "the summary, keeping facts, names, numbers and sources; one more call, extractive if it fails).",
     )
 
     @classmethod

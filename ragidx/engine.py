@@ -119,6 +119,7 @@ class Engine:
         self._memory: Any | None = None
         self._guards: Any | None = None
         self._lock = threading.Lock()
+        self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
@@ -356,7 +357,7 @@ class Engine:
         tokens = self.llm_provider.token_counter(s.llm)
         cap = RetrievalCap()
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
-        budget = self._context_budget(tokens, compressor=compressor, cap=cap)
+        budget = self._context_budget(tokens, compressor=compressor, cap=cap, memory_llm=llm)
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
         return RagAgent(
             llm,
@@ -675,29 +676,61 @@ class Engine:
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
         return make_retrieve_context_tool(
-            self.retriever, filters=as_filters(filters), principal=Principal.of(user, groups)
+            self.retriever, filters=as_filters(filters), principal=Principal.of(user, groups), cap=self.retrieval_cap
         )
 
-    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None) -> Any:
+    # --- the budget on LlamaIndex's own agents (budgeted_llm + retrieve_context_tool share the cap) ---------
+    @property
+    def retrieval_cap(self) -> RetrievalCap:
+        """How many articles the next search of :meth:`retrieve_context_tool` may return: set after every call
+        of an LLM from :meth:`budgeted_llm` by the room left in its window (the small-window top-k)."""
+        if self._retrieval_cap is None:
+            from ragidx.budget import RetrievalCap
+
+            self._retrieval_cap = RetrievalCap()
+        return self._retrieval_cap
+
+    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None, fallback_llm: Any | None = None) -> Any:
         """``llm`` wrapped so ragidx's context budget (these settings) runs before every call it makes
         (:class:`~ragidx.agent.budgeted_llm.BudgetedLLM`): for a LlamaIndex ``FunctionAgent`` or
         ``AgentWorkflow`` that uses :meth:`retrieve_context_tool`. Tokens are counted with ``tokenizer``
-        (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin)."""
+        (a bundled tiktoken encoding; default ``cl100k_base``, with the budget's safety margin).
+
+        A call the budget says needs a larger window goes to ``fallback_llm`` (default: the settings'
+        ``fallback_llm``, if any). After every call the budget sets :attr:`retrieval_cap`, which
+        :meth:`retrieve_context_tool` reads: on a small window the next search returns fewer articles."""
         from ragidx.agent.budgeted_llm import BudgetedLLM
         from ragidx.providers.tokenizer import TokenCounter
 
-        return BudgetedLLM(llm, self._context_budget(TokenCounter(tokenizer or "cl100k_base")))
+        endpoint = self.settings.fallback_llm if fallback_llm is None else None
+        tokens = TokenCounter(tokenizer or "cl100k_base")
+        budget = self._context_budget(tokens, cap=self.retrieval_cap, memory_llm=llm)
+        return BudgetedLLM(
+            llm,
+            budget,
+            fallback_llm=self.llm_provider.get(endpoint) if endpoint is not None else fallback_llm,
+            fallback_context_window=endpoint.context_window if endpoint is not None else None,
+            fallback_max_output_tokens=endpoint.max_output_tokens if endpoint is not None else None,
+        )
 
     def _context_budget(
-        self, tokens: TokenCounter, *, compressor: ArticleCompressor | None = None, cap: RetrievalCap | None = None
+        self,
+        tokens: TokenCounter,
+        *,
+        compressor: ArticleCompressor | None = None,
+        cap: RetrievalCap | None = None,
+        memory_llm: Any | None = None,
     ) -> ContextBudget:
-        """The context budget these settings describe (budget_* values, the fallback model's window, top_k)."""
-        from ragidx.budget import ContextBudget
+        """The context budget these settings describe (budget_* values, the fallback model's window, top_k); with
+        ``memory_summary="llm"`` earlier turns are summarized by ``memory_llm``."""
+        from ragidx.budget import ContextBudget, ConversationMemory
 
         s = self.settings
+        by_llm = memory_llm if s.memory_summary == "llm" else None
         return ContextBudget(
             tokens,
             compressor,
+            memory=ConversationMemory(by_llm, token_counter=tokens),
             cap=cap,
             trigger_pct=s.budget_trigger_pct,
             target_pct=s.budget_target_pct,

@@ -9,6 +9,18 @@ summarized, and the prompt never exceeds ``context_window - max_output_tokens`` 
 (its safety margin covers a tokenizer that differs from the model's). A prompt whose fixed part alone
 cannot fit raises ``ContextWindowTooSmallError`` instead of being sent.
 
+With a ``fallback_llm`` (a larger-window model) each call is budgeted for the wrapped LLM first; when the
+budget recommends the larger window (``BudgetReport.fallback_recommended``: the best article would be cut
+below its useful minimum, or articles dropped) or the fixed prompt cannot fit, the call is budgeted again for
+the fallback's window and sent to the fallback. The decision is made per call, so an agent whose material
+shrinks (a summarized history) goes back to the first model. ``routes`` says, per call, which model answered
+and why. Responses carry the route (``additional_kwargs["ragidx_route"]``), so tool calls are read by the
+parser of the model that wrote them.
+
+The retrieval cap: the budget (``ContextBudget(cap=...)``) sets after every call how many articles the next
+search may return, by the room left under its target (the proactive top-k of small windows);
+``Engine.retrieve_context_tool()`` reads the same cap as ``Engine.budgeted_llm(...)`` sets.
+
 Why an LLM wrapper: it sees every call, whatever the agent, its memory or its steps do (a memory block
 only holds chat history, not the tool results of the current run; a workflow step cannot reach inside
 ``FunctionAgent``'s own loop). It delegates tool-call parsing to the wrapped LLM, so it works with any
@@ -18,11 +30,16 @@ Example:
     >>> llm = BudgetedLLM(OpenAI(model="gpt-4o-mini"), ContextBudget())          # doctest: +SKIP
     >>> agent = FunctionAgent(tools=[engine.retrieve_context_tool()], llm=llm)  # doctest: +SKIP
     >>> llm.reports[-1].tokens_after                                            # doctest: +SKIP
+    >>> big = BudgetedLLM(small_llm, budget, fallback_llm=large_llm)            # doctest: +SKIP
+    >>> big.routes[-1]                        # None: the wrapped LLM; else why the fallback answered  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+import logging
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -44,10 +61,24 @@ from pydantic import PrivateAttr
 from ragidx.article import SearchResult
 from ragidx.budget import ContextBudget
 from ragidx.budget.messages import message_text, tool_results, with_results
-from ragidx.budget.report import BudgetReport
+from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
 from ragidx.sync_call import run_sync
 
-__all__ = ["BudgetedLLM"]
+__all__ = ["ROUTE_KEY", "BudgetedLLM"]
+
+logger = logging.getLogger(__name__)
+
+ROUTE_KEY = "ragidx_route"
+"""``ChatResponse.additional_kwargs`` key: ``"fallback"`` on responses of the fallback model, else absent."""
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where one call goes: the LLM, the budgeted messages, and why the fallback (None: the wrapped LLM)."""
+
+    llm: FunctionCallingLLM
+    messages: list[ChatMessage]
+    fallback_reason: str | None
 
 
 class BudgetedLLM(FunctionCallingLLM):
@@ -57,9 +88,13 @@ class BudgetedLLM(FunctionCallingLLM):
         llm: the LLM that answers (its ``metadata.context_window`` and ``num_output`` set the budget).
         budget: the context budget (``Engine.budgeted_llm`` builds it from the settings).
         context_window / max_output_tokens: override the wrapped LLM's metadata.
+        fallback_llm: a larger-window model for the calls the budget says need it (see the module docstring).
+        fallback_context_window / fallback_max_output_tokens: override the fallback's metadata.
 
     Attributes:
-        reports: one :class:`~ragidx.budget.report.BudgetReport` per call, in order.
+        reports: one :class:`~ragidx.budget.report.BudgetReport` per call, in order (the report of the budget
+            actually sent: the fallback's when it answered).
+        routes: per call, ``None`` when the wrapped LLM answered, else why the fallback did.
 
     Example:
         >>> BudgetedLLM(llm, ContextBudget()).metadata.context_window  # doctest: +SKIP
@@ -71,6 +106,10 @@ class BudgetedLLM(FunctionCallingLLM):
     _window: int = PrivateAttr()
     _max_out: int = PrivateAttr()
     _reports: list[BudgetReport] = PrivateAttr(default_factory=list)
+    _fallback: FunctionCallingLLM | None = PrivateAttr(default=None)
+    _fallback_window: int = PrivateAttr(default=0)
+    _fallback_max_out: int = PrivateAttr(default=0)
+    _routes: list[str | None] = PrivateAttr(default_factory=list)
 
     def __init__(
         self,
@@ -79,6 +118,9 @@ class BudgetedLLM(FunctionCallingLLM):
         *,
         context_window: int | None = None,
         max_output_tokens: int | None = None,
+        fallback_llm: FunctionCallingLLM | None = None,
+        fallback_context_window: int | None = None,
+        fallback_max_output_tokens: int | None = None,
     ) -> None:
         super().__init__()
         self._llm = llm
@@ -87,6 +129,16 @@ class BudgetedLLM(FunctionCallingLLM):
         self._window = context_window or meta.context_window
         self._max_out = max_output_tokens or meta.num_output
         self._reports = []
+        self._routes = []
+        self._fallback = fallback_llm
+        if fallback_llm is not None:
+            self._fallback_window = fallback_context_window or fallback_llm.metadata.context_window
+            self._fallback_max_out = fallback_max_output_tokens or fallback_llm.metadata.num_output
+            if budget.fallback_context_window is None or budget.fallback_context_window < self._fallback_window:
+                # The budget recommends the fallback only when it knows a larger window is there. A copy: the
+                # caller's budget stays as it was; cap, memory and compressor are shared on purpose.
+                self._budget = copy.copy(budget)
+                self._budget.fallback_context_window = self._fallback_window
 
     @classmethod
     def class_name(cls) -> str:
@@ -100,10 +152,38 @@ class BudgetedLLM(FunctionCallingLLM):
     def reports(self) -> list[BudgetReport]:
         return self._reports
 
+    @property
+    def routes(self) -> list[str | None]:
+        return self._routes
+
+    @property
+    def fallback_llm(self) -> FunctionCallingLLM | None:
+        return self._fallback
+
+    @property
+    def budget_memory(self) -> Any:
+        """The budget's ``ConversationMemory`` (folds earlier turns when the conversation grows)."""
+        return self._budget.memory
+
+    @property
+    def budget_memory_llm(self) -> Any | None:
+        """The LLM that writes memory summaries (``Settings.memory_summary="llm"``); None: extractive."""
+        return self._budget.memory.llm
+
     # --- the budget ---------------------------------------------------------------------------------
     async def abudget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
         """The messages that will be sent for this call: the system messages first, then the conversation
-        with its search results (read once) budgeted and written back as JSON."""
+        with its search results (read once) budgeted and written back as JSON (for the fallback's window
+        when the call goes there)."""
+        return (await self._aroute(messages, tools)).messages
+
+    def budget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
+        """``abudget`` from synchronous code."""
+        sent: list[ChatMessage] = run_sync(self.abudget(messages, tools))
+        return sent
+
+    async def _aroute(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> _Route:
+        """Budget for the wrapped LLM; switch this call to the fallback when the budget says so."""
         system = [m for m in messages if m.role == MessageRole.SYSTEM]
         rest = [m for m in messages if m.role != MessageRole.SYSTEM]
         results = tool_results(rest)
@@ -111,28 +191,51 @@ class BudgetedLLM(FunctionCallingLLM):
         def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
             return [*system, *with_results(conversation, sent, results)]
 
-        limits = {"context_window": self._window, "max_output_tokens": self._max_out}
-        fit = await self._budget.afit(rest, results, render, tools=tools, **limits)
-        self._reports.append(fit.report)
-        return fit.messages
+        async def fit(window: int, max_out: int) -> Any:
+            return await self._budget.afit(
+                rest, results, render, tools=tools, context_window=window, max_output_tokens=max_out
+            )
 
-    def budget(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> list[ChatMessage]:
-        """``abudget`` from synchronous code."""
-        sent: list[ChatMessage] = run_sync(self.abudget(messages, tools))
-        return sent
+        reason: str | None = None
+        try:
+            primary = await fit(self._window, self._max_out)
+        except ContextWindowTooSmallError as exc:
+            if self._fallback is None or self._fallback_window <= self._window:
+                raise
+            primary, reason = None, f"the {self._window}-token window cannot hold the prompt: {exc}"
+        if primary is not None and primary.report.fallback_recommended and self._fallback is not None:
+            reason = primary.report.fallback_reason or "the budget recommended a larger window"
+        if reason is None or self._fallback is None:
+            assert primary is not None  # no reason: the first budget succeeded
+            self._reports.append(primary.report)
+            self._routes.append(None)
+            return _Route(self._llm, primary.messages, None)
+        logger.warning("this call goes to the fallback model: %s", reason)
+        chosen = await fit(self._fallback_window, self._fallback_max_out)
+        self._reports.append(chosen.report)
+        self._routes.append(reason)
+        return _Route(self._fallback, chosen.messages, reason)
+
+    def _route(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> _Route:
+        route: _Route = run_sync(self._aroute(messages, tools))
+        return route
 
     # --- chat ----------------------------------------------------------------------------------------
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._llm.chat(self.budget(messages), **kwargs)
+        r = self._route(messages)
+        return _tagged(r.llm.chat(r.messages, **kwargs), r)
 
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return await self._llm.achat(await self.abudget(messages), **kwargs)
+        r = await self._aroute(messages)
+        return _tagged(await r.llm.achat(r.messages, **kwargs), r)
 
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        return self._llm.stream_chat(self.budget(messages), **kwargs)
+        r = self._route(messages)
+        return _tagged_gen(r.llm.stream_chat(r.messages, **kwargs), r)
 
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        return await self._llm.astream_chat(await self.abudget(messages), **kwargs)
+        r = await self._aroute(messages)
+        return _tagged_agen(await r.llm.astream_chat(r.messages, **kwargs), r)
 
     # --- tools: budget with the tool schemas counted, then the wrapped LLM's own tool protocol ----------
     @staticmethod
@@ -154,15 +257,16 @@ class BudgetedLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponse:
-        history = self.budget(self._history(user_msg, chat_history), tools)
-        return self._llm.chat_with_tools(
+        r = self._route(self._history(user_msg, chat_history), tools)
+        response = r.llm.chat_with_tools(
             tools,
-            chat_history=history,
+            chat_history=r.messages,
             verbose=verbose,
             allow_parallel_tool_calls=allow_parallel_tool_calls,
             tool_required=tool_required,
             **kwargs,
         )
+        return _tagged(response, r)
 
     async def achat_with_tools(
         self,
@@ -174,15 +278,16 @@ class BudgetedLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponse:
-        history = await self.abudget(self._history(user_msg, chat_history), tools)
-        return await self._llm.achat_with_tools(
+        r = await self._aroute(self._history(user_msg, chat_history), tools)
+        response = await r.llm.achat_with_tools(
             tools,
-            chat_history=history,
+            chat_history=r.messages,
             verbose=verbose,
             allow_parallel_tool_calls=allow_parallel_tool_calls,
             tool_required=tool_required,
             **kwargs,
         )
+        return _tagged(response, r)
 
     def stream_chat_with_tools(
         self,
@@ -194,15 +299,16 @@ class BudgetedLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponseGen:
-        history = self.budget(self._history(user_msg, chat_history), tools)
-        return self._llm.stream_chat_with_tools(
+        r = self._route(self._history(user_msg, chat_history), tools)
+        response = r.llm.stream_chat_with_tools(
             tools,
-            chat_history=history,
+            chat_history=r.messages,
             verbose=verbose,
             allow_parallel_tool_calls=allow_parallel_tool_calls,
             tool_required=tool_required,
             **kwargs,
         )
+        return _tagged_gen(response, r)
 
     async def astream_chat_with_tools(
         self,
@@ -214,15 +320,16 @@ class BudgetedLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponseAsyncGen:
-        history = await self.abudget(self._history(user_msg, chat_history), tools)
-        return await self._llm.astream_chat_with_tools(
+        r = await self._aroute(self._history(user_msg, chat_history), tools)
+        response = await r.llm.astream_chat_with_tools(
             tools,
-            chat_history=history,
+            chat_history=r.messages,
             verbose=verbose,
             allow_parallel_tool_calls=allow_parallel_tool_calls,
             tool_required=tool_required,
             **kwargs,
         )
+        return _tagged_agen(response, r)
 
     def _prepare_chat_with_tools(
         self,
@@ -247,20 +354,44 @@ class BudgetedLLM(FunctionCallingLLM):
     def get_tool_calls_from_response(
         self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
     ) -> list[ToolSelection]:
-        return self._llm.get_tool_calls_from_response(response, error_on_no_tool_call=error_on_no_tool_call, **kwargs)
+        fallback = response.additional_kwargs.get(ROUTE_KEY) == "fallback" and self._fallback is not None
+        parser = self._fallback if fallback and self._fallback is not None else self._llm
+        return parser.get_tool_calls_from_response(response, error_on_no_tool_call=error_on_no_tool_call, **kwargs)
 
     # --- completion: a single prompt, budgeted as one user message ---------------------------------------
-    def _prompt(self, prompt: str) -> str:
-        return message_text(self.budget([ChatMessage(role=MessageRole.USER, content=prompt)])[-1])
+    def _prompt(self, prompt: str) -> tuple[FunctionCallingLLM, str]:
+        r = self._route([ChatMessage(role=MessageRole.USER, content=prompt)])
+        return r.llm, message_text(r.messages[-1])
 
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return self._llm.complete(self._prompt(prompt), formatted=formatted, **kwargs)
+        llm, text = self._prompt(prompt)
+        return llm.complete(text, formatted=formatted, **kwargs)
 
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return await self._llm.acomplete(self._prompt(prompt), formatted=formatted, **kwargs)
+        llm, text = self._prompt(prompt)
+        return await llm.acomplete(text, formatted=formatted, **kwargs)
 
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        return self._llm.stream_complete(self._prompt(prompt), formatted=formatted, **kwargs)
+        llm, text = self._prompt(prompt)
+        return llm.stream_complete(text, formatted=formatted, **kwargs)
 
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
-        return await self._llm.astream_complete(self._prompt(prompt), formatted=formatted, **kwargs)
+        llm, text = self._prompt(prompt)
+        return await llm.astream_complete(text, formatted=formatted, **kwargs)
+
+
+def _tagged(response: ChatResponse, route: _Route) -> ChatResponse:
+    """``response`` marked with the model that wrote it, when that is the fallback."""
+    if route.fallback_reason is not None:
+        response.additional_kwargs[ROUTE_KEY] = "fallback"
+    return response
+
+
+def _tagged_gen(responses: ChatResponseGen, route: _Route) -> Generator[ChatResponse, None, None]:
+    for response in responses:
+        yield _tagged(response, route)
+
+
+async def _tagged_agen(responses: ChatResponseAsyncGen, route: _Route) -> AsyncGenerator[ChatResponse, None]:
+    async for response in responses:
+        yield _tagged(response, route)

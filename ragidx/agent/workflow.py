@@ -68,6 +68,7 @@ from ragidx.providers.chat import (
 )
 from ragidx.providers.chat import to_inline as inline
 from ragidx.providers.speed import AnswerDeadline
+from ragidx.retrieval.flash.conversation import flash_conversation
 from ragidx.terms import SNOWBALL_LANGUAGES, base_language, is_cyrillic_language, terms
 
 logger = logging.getLogger(__name__)
@@ -471,7 +472,9 @@ class RagAgent(Workflow):
                 raise ValueError(
                     f"unknown tool {call.tool_name!r}; the only tool is {self.retrieve_tool.metadata.name}"
                 )
-            output = await self.retrieve_tool.acall(**call.tool_kwargs)
+            # The conversation reaches a flash rerank at the end of the chain (ragidx.retrieval.flash.conversation).
+            with flash_conversation(turn.history):
+                output = await self.retrieve_tool.acall(**call.tool_kwargs)
             content = output.content
             raw = output.raw_output
             result = raw if isinstance(raw, SearchResult) else SearchResult.from_json(content)

@@ -5,7 +5,8 @@ For each judged query the product's chunk chain (``ArticleRetriever`` without fl
 selection is scored against the qrels as a set (precision, recall, F1, share of queries with every
 relevant article selected), beside the chain's own top ``max_topics`` on the same queries, so the
 LLM's gain or loss is visible. It also reports what the protocol did: tokens shown to the model,
-billed tokens, tool calls, the fallback ladder's decisions, invented ids, JSON repairs and latency.
+billed tokens, tool calls, the fallback ladder's decisions, invented ids, JSON repairs and latency, and the
+characters of the selection the answer model reads (excerpts standing in for large articles) against whole.
 
 Local models are slow on CPU and weak at this task: their figures say whether the protocol and the
 fallbacks work, not how good flash rerank can be (run it with ``--flash-api-base`` for a real model).
@@ -27,6 +28,7 @@ from typing import Any
 
 from ragidx.article import Article
 from ragidx.retrieval.flash import FlashReranker, FlashResult
+from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS
 from ragidx.retrieval.retriever import ArticleRetriever, article_nodes
 
 __all__ = ["evaluate_flash", "set_scores"]
@@ -46,6 +48,15 @@ def set_scores(selected: Sequence[str], relevant: dict[str, int]) -> dict[str, f
     recall = hits / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1, "all_found": float(bool(gold) and gold <= chosen)}
+
+
+def _chars(result: FlashResult, *, full: bool = False) -> int:
+    """Characters of the selected articles' text as returned (an excerpt where flash gave one), or whole."""
+    total = 0
+    for node in result.nodes:
+        whole = node.node.metadata.get(EXCERPT_OF_CHARS)
+        total += int(whole) if full and whole is not None else len(node.node.get_content())
+    return total
 
 
 def _mean(rows: list[dict[str, float]], key: str) -> float:
@@ -132,6 +143,12 @@ async def evaluate_flash(
         "sources": dict(sources),
         "fallbacks": sum(1 for r in results if r.is_fallback),
         "invented_ids": sum(r.invented_count for r in results),
+        # What the answer model reads of the selection: an excerpt stands in for a large article's text.
+        "excerpts": sum(1 for r in results for s in r.selections if s.excerpt),
+        "selected_chars_mean": round(statistics.fmean(_chars(r) for r in results), 1) if results else 0.0,
+        "selected_full_chars_mean": round(statistics.fmean(_chars(r, full=True) for r in results), 1)
+        if results
+        else 0.0,
         "json_repairs": dict(repairs),
         "duration_p50_s": _pct([r.duration_s for r in results], 0.5),
         "duration_p95_s": _pct([r.duration_s for r in results], 0.95),

@@ -61,21 +61,25 @@ def build_flash_reranker(
     """The ``FlashReranker`` that ``settings.flash`` describes, on ``llm`` (its endpoint's model).
 
     Weak local models get the protocol they follow (forced named tool call, tool traffic as text,
-    ``json_object``); endpoints get ``auto``. ``max_topics`` defaults to the retrieval ``top_k``.
+    ``json_object``); endpoints get ``auto``. ``max_topics`` defaults to the retrieval ``top_k``. With
+    ``flash.contextualize`` the same model rewrites follow-ups into standalone queries (``QueryContextualizer``).
     """
-    from ragidx.retrieval.flash import FlashReranker
+    from ragidx.retrieval.flash import FlashReranker, QueryContextualizer
 
     f = settings.flash
     endpoint = f.endpoint(settings.llm)
+    timeout = f.effective_contextualize_timeout_s(settings.llm)
     return FlashReranker(
         llm,
         token_counter=token_counter,
         metrics=metrics,
+        contextualizer=QueryContextualizer(llm, timeout_s=timeout) if f.contextualize else None,
         max_candidates=f.effective_candidates(settings.top_k),
         max_topics=f.max_topics or settings.top_k,
         max_tool_calls=f.max_tool_calls,
         timeout_s=f.effective_timeout_s(settings.llm),
         excerpt_threshold_chars=f.excerpt_threshold_chars,
+        excerpt_replaces_text=f.excerpt_replaces_text,
         tool_mode=endpoint.effective_tool_mode,
         inline_tool_results=endpoint.effective_inline_tool_results,
         response_format=f.effective_response_format(settings.llm),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import replace
 from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -43,8 +44,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.article import ARTICLE_RANK, MATCHED_SPANS, NORMALIZED_RANK, RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
+from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS
+from ragidx.retrieval.flash.reranker import FLASH_EXCERPT
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal, scoped_filters
 from ragidx.stores.fusion import FUSIONS, Fusion
 
@@ -327,7 +330,8 @@ def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -
     """The article reranker's order as articles: its score as ``rerank_score``, ranks recomputed.
 
     The chunk chain's rank and score stay beside it (``chain_rank``/``chain_score``); kb_ids the reranker
-    returns that were not among the candidates are dropped.
+    returns that were not among the candidates are dropped. An article the reranker gave an excerpt for as its
+    text (``flash_excerpt_of_chars``: see ``FlashReranker.excerpt_replaces_text``) gets that text as its content.
     """
     by_id = {a.kb_id: a for a in articles}
     picked: list[tuple[Article, NodeWithScore]] = []
@@ -341,6 +345,9 @@ def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -
     for rank, (article, node) in enumerate(picked):
         reranked = article_from_node(node)
         extra = {k: v for k, v in reranked.metadata.items() if k not in article.metadata}
+        if EXCERPT_OF_CHARS in extra:  # flash's excerpt is what the answer reads; its spans were the article's
+            article = _as_excerpt(article, reranked.content)
+            extra.pop(FLASH_EXCERPT, None)
         out.append(
             article.with_metadata(
                 **extra,
@@ -354,3 +361,9 @@ def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -
             )
         )
     return out
+
+
+def _as_excerpt(article: Article, text: str) -> Article:
+    """``article`` with ``text`` (a marked excerpt) as its content; matched spans (offsets into the whole) dropped."""
+    meta = {k: v for k, v in article.metadata.items() if k != MATCHED_SPANS}
+    return replace(article, content=text, metadata=meta)

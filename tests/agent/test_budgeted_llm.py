@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from ragidx.budget import ContextBudget
 from ragidx.budget.report import ContextWindowTooSmallError
 from ragidx.engine import Engine
 from ragidx.providers.tokenizer import TokenCounter
+from ragidx.tools.retrieve_context import make_retrieve_context_tool
 from tests.agent.llamaindex_helpers import writer_engine
 from tests.fakes.scripted_llm import ScriptedLLM, ToolCall, text_of
 
@@ -43,7 +45,10 @@ def _run(agent: FunctionAgent, question: str) -> Any:
 def test_every_call_of_a_function_agent_fits_the_window(engine: Engine) -> None:
     inner = _scripted()
     llm = engine.budgeted_llm(inner)
-    agent = FunctionAgent(tools=[engine.retrieve_context_tool()], llm=llm, system_prompt="Answer from the docs.")
+    # A tool without the retrieval cap (the engine's own caps the searches: see below), so that every search
+    # returns top_k articles and the material to budget piles up.
+    uncapped = make_retrieve_context_tool(engine.retriever)
+    agent = FunctionAgent(tools=[uncapped], llm=llm, system_prompt="Answer from the docs.")
 
     result = _run(agent, "How do I make a table of contents, print a brochure and number pages?")
 
@@ -81,3 +86,57 @@ def test_plain_chat_and_completion_are_budgeted_too() -> None:
     assert llm.chat([ChatMessage(role="user", content="hello")]).message.content == "ok"
     assert llm.complete("hello there").text == "fine"
     assert len(llm.reports) == 2 and all(r.tokens_after <= r.hard_limit_tokens for r in llm.reports)
+
+
+# --- the fallback model and the retrieval cap, on a 4K window --------------------------------------------
+FALLBACK_WINDOW = 32_768
+
+
+def _articles(call: Any) -> int:
+    return len(json.loads(call.tool_output.content)["articles"])
+
+
+def test_a_call_the_budget_says_needs_a_larger_window_goes_to_the_fallback(engine: Engine) -> None:
+    # One script, whichever model is asked: the agent's run is the same, only who answers each call differs.
+    steps = iter([*(ToolCall("retrieve_context", {"query": q}) for q in QUERIES), "Done [1]."])
+    inner = ScriptedLLM([lambda messages, call: next(steps)], cycle=True)
+    inner.context_window, inner.num_output = WINDOW, MAX_OUT
+    large = ScriptedLLM([lambda messages, call: next(steps)], cycle=True)
+    large.context_window, large.num_output = FALLBACK_WINDOW, MAX_OUT
+    llm = engine.budgeted_llm(inner, fallback_llm=large)
+    uncapped = make_retrieve_context_tool(engine.retriever)  # every search returns top_k: the material piles up
+    agent = FunctionAgent(tools=[uncapped], llm=llm, system_prompt="Answer from the docs.")
+
+    result = _run(agent, "How do I make a table of contents, print a brochure and number pages?")
+
+    assert str(result) == "Done [1]." and len(result.tool_calls) == len(QUERIES)  # tool calls read on both models
+    assert len(llm.routes) == len(llm.reports) == len(inner.calls) + len(large.calls) == len(QUERIES) + 1
+    switched = [i for i, r in enumerate(llm.routes) if r is not None]
+    assert switched and len(large.calls) == len(switched) and llm.routes[0] is None
+    assert all(f"{FALLBACK_WINDOW}-token window" in (llm.routes[i] or "") for i in switched)
+    # the fallback's calls are budgeted for its own window: more of the articles reach it than 4K could hold
+    last = llm.reports[-1]
+    assert switched[-1] == len(llm.routes) - 1 and last.context_window == FALLBACK_WINDOW
+    assert last.tokens_after > WINDOW
+
+
+def test_the_budget_caps_the_next_search_of_the_engines_tool_on_a_4k_window(engine: Engine) -> None:
+    inner = _scripted()
+    llm = engine.budgeted_llm(inner)
+    tool = engine.retrieve_context_tool()
+    agent = FunctionAgent(tools=[tool], llm=llm, system_prompt="Answer from the docs.")
+
+    result = _run(agent, "How do I make a table of contents, print a brochure and number pages?")
+
+    caps = [r.article_cap for r in llm.reports]
+    top_k = engine.settings.top_k
+    assert any(c is not None and c < top_k for c in caps)  # the 4K window had room for fewer than top_k
+    for call, cap in zip(result.tool_calls, caps, strict=False):  # search i follows LLM call i
+        assert _articles(call) <= (cap or top_k)
+    assert engine.retrieval_cap.get() == caps[-1]
+
+
+def test_without_the_budget_the_tool_returns_top_k(engine: Engine) -> None:
+    engine.retrieval_cap.set(None)
+    output = engine.retrieve_context_tool().call(query="table of contents")
+    assert len(json.loads(output.content)["articles"]) == engine.settings.top_k

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+from llama_index.core.schema import NodeWithScore, TextNode
 
 from ragidx.config import Settings
-from ragidx.evaluation.flash import evaluate_flash, set_scores
+from ragidx.evaluation.flash import _chars, evaluate_flash, set_scores
 from ragidx.evaluation.retrieval import load_beir, main, open_scratch_index
 from ragidx.retrieval.factory import build_retriever
 from ragidx.retrieval.flash import FlashReranker, FlashTrace, replay
@@ -70,6 +71,20 @@ def test_a_dead_model_is_counted_as_fallbacks_not_a_crash(chain) -> None:  # typ
     assert result["decisions"] == {"api_error": 3} and result["sources"] == {"upstream": 3}
     assert result["fallbacks"] == 3
     assert result["flash"] == result["chain_top_k"]  # the fallback is the chain's own top 3
+
+
+def test_excerpts_and_the_characters_the_answer_model_reads_are_reported(chain) -> None:  # type: ignore[no-untyped-def]
+    ds, retriever = chain
+    flash = FlashReranker(ScriptedLLM([pick_gold], cycle=True), max_topics=3)
+    result = asyncio.run(evaluate_flash(ds.queries, ds.qrels, retriever, flash, candidates=6))
+    assert result["excerpts"] == 0 and result["selected_chars_mean"] == result["selected_full_chars_mean"] > 0
+
+    big = "Filler paragraph.\n\n" * 400 + "The fix is to set max_batch=8.\n\nEnd."
+    nodes = [NodeWithScore(node=TextNode(id_="big", text=big, metadata={"kb_id": "big", "title": "Big"}), score=1.0)]
+    picked = json.dumps({"topics": [{"id": 1, "reason": "r", "excerpt": "The fix is to set max_batch=8."}]})
+    reranked = FlashReranker(ScriptedLLM([picked]), excerpt_threshold_chars=500).rerank_detailed("fix?", nodes)
+    assert _chars(reranked, full=True) == len(big)
+    assert _chars(reranked) < len(big) / 20  # what the answer model reads: the marked excerpt
 
 
 def test_the_chain_must_not_already_hold_a_flash_step(chain) -> None:  # type: ignore[no-untyped-def]

@@ -73,3 +73,17 @@ def test_retriever_hands_flash_its_candidate_count(tmp_path: Path) -> None:
     retriever = build_retriever(settings, chunks, articles, embed, article_reranker=flash)
     assert retriever.article_reranker is flash and retriever.article_candidates == 7
     assert build_retriever(Settings(), chunks, articles, embed).article_reranker is None
+
+
+def test_flash_gets_a_follow_up_rewriter_and_excerpt_setting_from_settings() -> None:
+    flash = build_flash_reranker(Settings(flash=FlashSettings(enabled=True)), ScriptedLLM([]))
+    assert flash.contextualizer is not None and flash.contextualizer.timeout_s == 60.0  # the local model
+    assert flash.excerpt_replaces_text
+
+    endpoint = LLMEndpoint(model="gpt-4o-mini", api_base="https://api.example/v1")
+    remote = Settings(flash=FlashSettings(enabled=True, llm=endpoint))
+    assert build_flash_reranker(remote, ScriptedLLM([])).contextualizer.timeout_s == 5.0  # type: ignore[union-attr]
+
+    off = Settings(flash=FlashSettings(enabled=True, contextualize=False, excerpt_replaces_text=False))
+    flash = build_flash_reranker(off, ScriptedLLM([]))
+    assert flash.contextualizer is None and not flash.excerpt_replaces_text

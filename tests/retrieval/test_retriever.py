@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,30 @@ def test_a_failing_flash_model_still_returns_the_chain_top_k(kb) -> None:  # typ
     articles = retriever.retrieve("insert a table")
     assert [a.kb_id for a in articles] == [a.kb_id for a in chain]
     assert {a.metadata["flash_decision"] for a in articles} == {"api_error"}
+
+
+def test_a_flash_excerpt_becomes_the_articles_content_marked_with_where_the_whole_is(tmp_path: Path) -> None:
+    filler = "".join(f"Tables paragraph {i} says little about tables.\n\n" for i in range(60))
+    whole = filler + "You can also draw a table with the mouse.\n\nThe end of the tables article."
+    big = replace(KB[0], content=whole)  # "tables", now a long article
+    kb = build_kb(tmp_path, [big, *KB[1:]])
+
+    def excerpt_of_tables(messages, call):  # type: ignore[no-untyped-def]
+        text = "\n".join(m.content or "" for m in messages)
+        ids = {title: int(n) for n, title in re.findall(r"\[ID:(\d+)\] [^|]*\|[^|]*\| (.+)", text)}
+        excerpt = "You can also draw a table with the mouse."
+        return f'{{"topics": [{{"id": {ids["Insert a table"]}, "reason": "r", "excerpt": "{excerpt}"}}]}}'
+
+    flash = FlashReranker(ScriptedLLM([excerpt_of_tables]), max_topics=3, excerpt_threshold_chars=1000)
+    retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3, article_reranker=flash, article_candidates=6)
+
+    (article,) = retriever.retrieve("insert a table")
+
+    assert article.kb_id == "tables" and article.url == "https://kb/tables"
+    assert article.content.startswith('[Excerpt: the passages of "Insert a table"')
+    assert "kb_id tables, https://kb/tables]" in article.content
+    assert article.content.endswith("You can also draw a table with the mouse.")
+    assert "paragraph 3 " not in article.content and len(article.content) < len(whole) / 5
+    assert article.metadata["flash_excerpt_of_chars"] == len(whole)
+    assert "flash_excerpt" not in article.metadata  # not twice in the prompt
+    assert "matched_spans" not in article.metadata  # offsets into the whole article

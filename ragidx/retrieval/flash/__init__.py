@@ -7,6 +7,7 @@ Example:
 """
 
 from ragidx.retrieval.flash.contextualize import ContextualizedQuery, QueryContextualizer
+from ragidx.retrieval.flash.conversation import current_conversation, flash_conversation
 from ragidx.retrieval.flash.metrics import FlashMetrics
 from ragidx.retrieval.flash.parsing import JsonRepair, ParsedAnswer, ParsedTopic, heal_json, parse_answer
 from ragidx.retrieval.flash.prompts import FlashCandidate
@@ -32,6 +33,8 @@ __all__ = [
     "ReplayLLM",
     "SelectionSource",
     "areplay",
+    "current_conversation",
+    "flash_conversation",
     "heal_json",
     "parse_answer",
     "replay",

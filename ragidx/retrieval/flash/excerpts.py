@@ -5,6 +5,7 @@ the excerpt must occur (whitespace-insensitively) in the article; the excerpt be
 units in article order. A unit is a paragraph (blank-line separated), or a line of a very long
 paragraph (chat logs keep one message per line). If any line is not in the article the excerpt is
 rejected (``None``), so a caller falls back to the full text rather than to invented text.
+``excerpt_text`` writes an accepted excerpt as the answer model reads it in place of the article.
 
 Example:
     >>> article = "Intro.\\n\\nSet the flag --gpu. Then restart.\\n\\nOutro."
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["snap_excerpt"]
+__all__ = ["EXCERPT_OF_CHARS", "excerpt_text", "snap_excerpt"]
+
+EXCERPT_OF_CHARS = "flash_excerpt_of_chars"
+"""Metadata key set on a node (and article) whose text is a flash excerpt: the whole article's length in chars."""
 
 _PARAGRAPH_SPLIT = re.compile(r"\n[ \t]*\n")
 _ELLIPSIS = re.compile(r"^[\s.…\[\]()-]*$")
@@ -68,3 +72,26 @@ def snap_excerpt(excerpt: str, article: str) -> str | None:
         out.append(text.strip())
         prev_para = p_idx
     return "".join(out)
+
+
+def excerpt_text(excerpt: str, *, kb_id: str, title: str, url: str, full_chars: int) -> str:
+    """What the answer model reads instead of a large article: the excerpt under a note that says it is one.
+
+    The note gives the article's size and where the whole is (its URL, and its kb_id: ``ArticleStore.get``
+    or ``Engine.article_store`` return the full text), so neither the model nor a reader takes the excerpt
+    for the article.
+
+    Example:
+        >>> text = excerpt_text("Set --gpu.", kb_id="kb-7", title="GPU", url="https://x/gpu", full_chars=40000)
+        >>> text.splitlines()[0]
+        '[Excerpt: the passages of "GPU" (40000 characters in all) that bear on the question; the whole article \
+is kb_id kb-7, https://x/gpu]'
+        >>> text.splitlines()[-1]
+        'Set --gpu.'
+    """
+    where = f"kb_id {kb_id}, {url}" if url else f"kb_id {kb_id}"
+    note = (
+        f'[Excerpt: the passages of "{title}" ({full_chars} characters in all) that bear on the question; '
+        f"the whole article is {where}]"
+    )
+    return f"{note}\n\n{excerpt}"

@@ -133,9 +133,16 @@ def turn1_user_prompt(
     today: dt.date,
     conversation: Sequence[str] = (),
     user_facts: Sequence[str] = (),
+    message: str | None = None,
 ) -> str:
-    """The first user turn: date, query, optional conversation and facts, one line per candidate."""
+    """The first user turn: date, query, optional conversation and facts, one line per candidate.
+
+    ``message`` is the user's latest message as written when ``query`` is its standalone rewrite: the model
+    sees both (the excerpt answers the original question, the rewrite says what it refers to).
+    """
     parts = [f"Current date: {today.isoformat()}", f"Query: {' '.join(query.split())}"]
+    if message is not None:
+        parts.append(f"Latest message, as the user wrote it (data): {' '.join(defuse(message).split())}")
     if conversation:
         lines = "\n".join(defuse(m) for m in conversation)
         parts.append(f"Recent conversation (data):\n<<<CONVERSATION>>>\n{lines}\n<<<END CONVERSATION>>>")

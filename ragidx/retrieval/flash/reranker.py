@@ -3,8 +3,12 @@
 Turn 1 shows the model up to ``max_candidates`` one-line summaries (``[ID:n] date | size | title``)
 with the date, the query and optional conversation/user facts. The model may call
 ``get_topics_content(ids)`` (a batch, up to ``max_tool_calls`` times) to read full articles, then
-answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. The tool is offered, not forced: a valid
-answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured.
+answers ``{"topics": [{"id", "reason", "excerpt"?}]}``. In ``auto`` mode the tool is offered, not forced: a
+valid answer without a tool call is accepted, and ``{"topics": []}`` ("nothing relevant") is honoured. In
+``forced`` mode the first call must call the tool: a reply without one is a protocol violation
+(``FlashDecision.PROTOCOL_VIOLATION``), which falls back to the upstream order and is counted in the
+metrics' fallbacks with that reason, whatever the reply says (a safety net for endpoints that ignore
+``tool_choice``).
 
 Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; after a tool
 call, invalid JSON, a timeout or too many tool calls return the first ``max_topics`` ids the model asked
@@ -52,7 +56,9 @@ from pydantic import BaseModel
 from ragidx.article import RERANK_SCORE
 from ragidx.providers.chat import ChatCaller, LLMRequestError, LLMUnavailableError, model_name, usage
 from ragidx.providers.tokenizer import TokenCounter
-from ragidx.retrieval.flash.excerpts import snap_excerpt
+from ragidx.retrieval.flash.contextualize import QueryContextualizer
+from ragidx.retrieval.flash.conversation import current_conversation
+from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS, excerpt_text, snap_excerpt
 from ragidx.retrieval.flash.metrics import FlashMetrics
 from ragidx.retrieval.flash.parsing import JsonRepair, coerce_id, parse_answer
 from ragidx.retrieval.flash.prompts import (
@@ -87,7 +93,7 @@ FLASH_REASON = "flash_reason"
 FLASH_EXCERPT = "flash_excerpt"
 FLASH_RANK = "flash_rank"
 FLASH_DECISION = "flash_decision"
-FLASH_METADATA_KEYS = (FLASH_REASON, FLASH_EXCERPT, FLASH_RANK, FLASH_DECISION, RERANK_SCORE)
+FLASH_METADATA_KEYS = (FLASH_REASON, FLASH_EXCERPT, FLASH_RANK, FLASH_DECISION, RERANK_SCORE, EXCERPT_OF_CHARS)
 
 
 class _TopicIds(BaseModel):
@@ -117,6 +123,8 @@ class _Run:
         self.output_tokens = 0
         self.excerpts_dropped = 0
         self.error: str | None = None
+        self.query = trace.query
+        self.original_query: str | None = None
 
     def invent(self, cid: int) -> None:
         if cid not in self.invented:
@@ -157,6 +165,12 @@ class FlashReranker(BaseNodePostprocessor):
     excerpt_threshold_chars: int = Field(
         default=25_000, gt=0, description="Only candidates larger than this may carry an excerpt."
     )
+    excerpt_replaces_text: bool = Field(
+        default=True,
+        description="A returned node with an excerpt has the excerpt as its text (under a note naming the whole "
+        "article's kb_id, URL and size) instead of the full article, so the answer model reads the excerpt; "
+        "False keeps the full text and the excerpt in metadata only.",
+    )
     tool_mode: Literal["auto", "forced"] = Field(
         default="auto",
         description="auto: offer the tool on every call, the model decides; forced: force the named tool on "
@@ -193,6 +207,7 @@ class FlashReranker(BaseNodePostprocessor):
     _today: Callable[[], dt.date] = PrivateAttr()
     _tool: FunctionTool = PrivateAttr()
     _last_result: FlashResult | None = PrivateAttr(default=None)
+    _contextualizer: QueryContextualizer | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -203,6 +218,7 @@ class FlashReranker(BaseNodePostprocessor):
         token_counter: TokenCounter | None = None,
         clock: Callable[[], float] | None = None,
         today: Callable[[], dt.date] | None = None,
+        contextualizer: QueryContextualizer | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(llm, FunctionCallingLLM):
@@ -225,6 +241,7 @@ class FlashReranker(BaseNodePostprocessor):
         self._tool = FunctionTool.from_defaults(
             fn=_tool_stub, name=TOOL_NAME, description=TOOL_DESCRIPTION, fn_schema=_TopicIds
         )
+        self._contextualizer = contextualizer
 
     @classmethod
     def class_name(cls) -> str:
@@ -244,6 +261,11 @@ class FlashReranker(BaseNodePostprocessor):
         return self._model_name()
 
     @property
+    def contextualizer(self) -> QueryContextualizer | None:
+        """Rewrites a follow-up into a standalone query before reranking, when a conversation is given."""
+        return self._contextualizer
+
+    @property
     def last_result(self) -> FlashResult | None:
         """The result of the latest rerank on this instance (use ``rerank_detailed`` when concurrent)."""
         return self._last_result
@@ -252,12 +274,14 @@ class FlashReranker(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        return self.rerank_detailed(_require_query(query_bundle), nodes).nodes
+        query, conversation = _require_query(query_bundle), current_conversation()
+        return self.rerank_detailed(query, nodes, conversation=conversation).nodes
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        return (await self.arerank_detailed(_require_query(query_bundle), nodes)).nodes
+        query, conversation = _require_query(query_bundle), current_conversation()
+        return (await self.arerank_detailed(query, nodes, conversation=conversation)).nodes
 
     # --- public API ---------------------------------------------------------------------------------
     def rerank_detailed(
@@ -286,8 +310,13 @@ class FlashReranker(BaseNodePostprocessor):
     ) -> FlashResult:
         """Rerank ``nodes`` (in upstream order) for a standalone ``query``; never raises on LLM failure.
 
+        As a node postprocessor it reranks in the conversation that ``flash_conversation`` set around the
+        search (``ragidx.retrieval.flash.conversation``; the agent sets it for every search of a session).
+
         Args:
-            query: the (contextualized) query.
+            query: the query; with a ``contextualizer`` and a conversation it is first rewritten into a
+                standalone query ("and how do I update it?" → "how do I update a table of contents?"), which
+                the model sees and ``FlashResult.query`` holds (``original_query`` the one given).
             nodes: whole-article candidates, best first; only the first ``max_candidates`` are shown.
             conversation: recent messages (``ChatMessage`` or ``"role: text"``), most recent last.
             user_facts: short facts about the user.
@@ -328,10 +357,16 @@ class FlashReranker(BaseNodePostprocessor):
         shown = nodes[: self.max_candidates]
         candidates = [FlashCandidate.from_node(i + 1, n) for i, n in enumerate(shown)]
         convo = self._conversation_lines(conversation)
+        original, rewrite_tokens = None, (0, 0)
+        if self._contextualizer is not None and convo and candidates:
+            rewritten, rewrite_tokens = await self._contextualize(query, conversation)
+            if rewritten != query:
+                original, query = query, rewritten
         trace = FlashTrace(
             model_name=self._model_name(),
             settings=self._trace_settings(),
             query=query,
+            original_query=original,
             today=day.isoformat(),
             conversation=convo,
             user_facts=list(user_facts),
@@ -350,6 +385,8 @@ class FlashReranker(BaseNodePostprocessor):
             source=SelectionSource.NONE,
         )
         run = _Run(candidates, trace, deadline=started + self.timeout_s)
+        run.query, run.original_query = query, original
+        run.input_tokens, run.output_tokens = rewrite_tokens
         if not candidates:
             return self._finish(run, shown, FlashDecision.NO_CANDIDATES, started)
 
@@ -359,7 +396,7 @@ class FlashReranker(BaseNodePostprocessor):
             excerpt_threshold=self.excerpt_threshold_chars,
         )
         user = turn1_user_prompt(
-            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts
+            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts, message=original
         )
         run.messages = [
             ChatMessage(role=MessageRole.SYSTEM, content=system),
@@ -447,6 +484,11 @@ class FlashReranker(BaseNodePostprocessor):
                         ChatMessage(role=MessageRole.USER, content=tool_limit_note(self.max_tool_calls))
                     )
                 continue
+            if forced:
+                # The tool call was required: an answer that skips it was given without reading any article.
+                # Taken at its word it would pass unread picks off as a reranking; the upstream order stands.
+                run.error = "the reply made no get_topics_content call where one was required (forced mode)"
+                return self._finish(run, shown, FlashDecision.PROTOCOL_VIOLATION, started)
             return self._accept(run, shown, text, started)
 
     def _answer_tool_call(self, run: _Run, call: ToolSelection) -> str:
@@ -548,7 +590,7 @@ class FlashReranker(BaseNodePostprocessor):
         selections = selections or []
         if decision is not FlashDecision.ACCEPTED and decision is not FlashDecision.NO_CANDIDATES:
             logger.warning("flash rerank fell back: %s -> %s (%s)", decision.value, source.value, run.error)
-        out_nodes = _output_nodes(shown, selections, decision)
+        out_nodes = _output_nodes(shown, selections, decision, excerpt_as_text=self.excerpt_replaces_text)
         trace = run.trace
         trace.decision, trace.source = decision, source
         trace.selected_kb_ids = [s.kb_id for s in selections]
@@ -574,9 +616,22 @@ class FlashReranker(BaseNodePostprocessor):
             excerpts_dropped=run.excerpts_dropped,
             error=run.error,
             trace=trace,
+            query=run.query,
+            original_query=run.original_query,
         )
 
     # --- helpers ------------------------------------------------------------------------------------
+    async def _contextualize(
+        self, query: str, conversation: Sequence[ChatMessage | str]
+    ) -> tuple[str, tuple[int, int]]:
+        """The standalone query (``query`` itself when the rewrite fails) and the rewrite's tokens (in, out)."""
+        assert self._contextualizer is not None
+        result = await self._contextualizer.acontextualize(query, conversation)
+        sent = sum(self._tokens.count(m.content or "") for m in self._contextualizer.messages(query, conversation))
+        if result.rewritten:
+            logger.info("flash rerank: follow-up %r searched as %r", query, result.query)
+        return result.query, (sent, self._tokens.count(result.query))
+
     def _account(self, run: _Run, response: ChatResponse, calls: list[ToolSelection]) -> dict[str, int]:
         """Add this call's billed tokens (endpoint usage, else counted) and return them."""
         billed = usage(response)
@@ -680,9 +735,18 @@ def _trace_message(message: ChatMessage) -> TraceMessage:
 
 
 def _output_nodes(
-    shown: list[NodeWithScore], selections: list[FlashSelection], decision: FlashDecision
+    shown: list[NodeWithScore],
+    selections: list[FlashSelection],
+    decision: FlashDecision,
+    *,
+    excerpt_as_text: bool = False,
 ) -> list[NodeWithScore]:
-    """New nodes (inputs untouched) in selection order, scored by position: 1.0, then down to 1/k."""
+    """New nodes (inputs untouched) in selection order, scored by position: 1.0, then down to 1/k.
+
+    With ``excerpt_as_text`` a node with an excerpt gets it as its text (``excerpt_text``: marked, with where the
+    whole article is) and ``flash_excerpt_of_chars`` (the whole article's length) in its metadata, unless the
+    marked excerpt would be as long as the article.
+    """
     k = len(selections)
     out = []
     for rank, sel in enumerate(selections):
@@ -692,10 +756,17 @@ def _output_nodes(
         meta.update({FLASH_RANK: rank + 1, FLASH_DECISION: decision.value, RERANK_SCORE: score})
         meta.pop(FLASH_REASON, None)
         meta.pop(FLASH_EXCERPT, None)
+        meta.pop(EXCERPT_OF_CHARS, None)
         if sel.reason:
             meta[FLASH_REASON] = sel.reason
+        full_text = original.node.get_content()
+        shown_text = None
         if sel.excerpt:
             meta[FLASH_EXCERPT] = sel.excerpt
+            title, url = str(meta.get("title") or sel.kb_id), str(meta.get("url") or "")
+            marked = excerpt_text(sel.excerpt, kb_id=sel.kb_id, title=title, url=url, full_chars=len(full_text))
+            if excerpt_as_text and len(marked) < len(full_text):  # only where it saves: the note has a cost too
+                meta[EXCERPT_OF_CHARS], shown_text = len(full_text), marked
         node = original.node.model_copy(
             update={
                 "metadata": meta,
@@ -703,6 +774,8 @@ def _output_nodes(
                 "excluded_embed_metadata_keys": _with_keys(original.node.excluded_embed_metadata_keys),
             }
         )
+        if shown_text is not None:
+            node.set_content(shown_text)
         out.append(NodeWithScore(node=node, score=score))
     return out
 

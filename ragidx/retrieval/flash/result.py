@@ -28,7 +28,8 @@ class FlashResult:
 
     ``prompt_tokens_shown`` counts what the model was shown: the turn-1 prompt (system + user) plus
     every tool result. ``input_tokens``/``output_tokens`` are billed tokens (from the endpoint's usage
-    when reported, else counted).
+    when reported, else counted), the follow-up rewrite's included. ``query`` is the query the model saw;
+    ``original_query`` the one given, when a contextualizer rewrote it from the conversation.
     """
 
     nodes: list[NodeWithScore]
@@ -48,6 +49,8 @@ class FlashResult:
     excerpts_dropped: int = 0
     error: str | None = None
     trace: FlashTrace | None = None
+    query: str = ""
+    original_query: str | None = None
 
     @property
     def selected_kb_ids(self) -> list[str]:

@@ -43,6 +43,7 @@ class FlashDecision(StrEnum):
     TIMEOUT = "timeout"  # the total time budget ran out
     TOO_MANY_TOOL_CALLS = "too_many_tool_calls"  # the model kept calling the tool past the limit
     API_ERROR = "api_error"  # the LLM call raised
+    PROTOCOL_VIOLATION = "protocol_violation"  # forced mode: the reply skipped the required tool call
     NO_CANDIDATES = "no_candidates"  # nothing to rerank; the LLM was not called
 
 
@@ -109,6 +110,9 @@ class FlashTrace(BaseModel):
     model_name: str = ""
     settings: dict[str, Any] = Field(default_factory=dict)
     query: str
+    original_query: str | None = Field(
+        default=None, description="The query as given, when a contextualizer rewrote it into ``query``."
+    )
     today: str
     conversation: list[str] = Field(default_factory=list)
     user_facts: list[str] = Field(default_factory=list)

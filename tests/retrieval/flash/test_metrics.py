@@ -42,6 +42,14 @@ def test_metrics_after_an_accepted_run_and_a_fallback() -> None:
     assert _value(registry, "ragidx_flash_rerank_json_repairs_total", repair="markdown_fence") == 1
 
 
+def test_a_protocol_violation_is_counted_as_a_fallback_with_its_reason() -> None:
+    registry = CollectorRegistry()
+    skipped_the_tool = ScriptedLLM([json.dumps({"topics": [{"id": 2, "reason": "r"}]})])
+    flash = make_reranker(skipped_the_tool, registry=registry, tool_mode="forced")
+    flash.rerank_detailed("q", article_nodes(4))
+    assert _value(registry, "ragidx_flash_rerank_fallback_total", reason="protocol_violation", source="upstream") == 1
+
+
 def test_accepted_runs_count_no_fallback() -> None:
     registry = CollectorRegistry()
     make_reranker(ScriptedLLM([json.dumps({"topics": []})]), registry=registry).rerank_detailed("q", article_nodes(3))

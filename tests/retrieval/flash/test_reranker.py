@@ -18,7 +18,14 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.schema import MetadataMode
 
 from ragidx.article import RERANK_SCORE
-from ragidx.retrieval.flash import FlashDecision, FlashReranker, JsonRepair, SelectionSource
+from ragidx.retrieval.flash import (
+    FlashDecision,
+    FlashReranker,
+    JsonRepair,
+    QueryContextualizer,
+    SelectionSource,
+    flash_conversation,
+)
 from tests.fakes.scripted_llm import ScriptedLLM, ToolCall
 from tests.retrieval.flash.helpers import (
     FakeClock,
@@ -322,6 +329,47 @@ def test_excerpts_are_kept_only_for_large_articles_and_snapped_to_paragraphs() -
     assert result.excerpts_dropped == 1
 
 
+def _excerpt_run(**settings: Any) -> tuple[Any, str]:
+    big_text = "Filler paragraph.\n\n" * 400 + "The fix is to set max_batch=8. Restart after.\n\n" + "End."
+    nodes = [article_node(1, text=big_text, url="https://kb/1"), article_node(2)]
+    llm = ScriptedLLM([answer({"id": 1, "reason": "has the fix", "excerpt": "The fix is to set max_batch=8."}, 2)])
+    return make_reranker(llm, excerpt_threshold_chars=500, **settings).rerank_detailed("query", nodes), big_text
+
+
+def test_an_excerpt_replaces_a_large_articles_text_marked_with_where_the_whole_is() -> None:
+    result, big_text = _excerpt_run()
+    node = result.nodes[0].node
+    text = node.get_content()
+
+    assert text.startswith('[Excerpt: the passages of "Topic 1" (')
+    assert f"({len(big_text)} characters in all)" in text and "kb_id kb-1, https://kb/1]" in text
+    assert text.endswith("The fix is to set max_batch=8. Restart after.")
+    assert "Filler paragraph." not in text
+    assert len(text) < len(big_text) / 20
+    assert node.metadata["flash_excerpt_of_chars"] == len(big_text)
+    # what the answer model reads (LlamaIndex's LLM metadata mode) is the excerpt, not the article
+    assert "Filler paragraph." not in node.get_content(metadata_mode=MetadataMode.LLM)
+    # an article without an excerpt keeps its whole text
+    assert result.nodes[1].node.get_content() == "Article 2 explains topic 2.\n\nIt has a second paragraph."
+    assert "flash_excerpt_of_chars" not in result.nodes[1].node.metadata
+
+
+def test_an_excerpt_that_saves_nothing_leaves_the_text_whole() -> None:
+    small = "Set max_batch=8 to fix it.\n\nRestart after."  # over the threshold below, shorter than the note
+    llm = ScriptedLLM([answer({"id": 1, "reason": "r", "excerpt": "Set max_batch=8 to fix it."})])
+    result = make_reranker(llm, excerpt_threshold_chars=10).rerank_detailed("q", [article_node(1, text=small)])
+    assert result.nodes[0].node.get_content() == small
+    assert result.nodes[0].node.metadata["flash_excerpt"] == "Set max_batch=8 to fix it."
+    assert "flash_excerpt_of_chars" not in result.nodes[0].node.metadata
+
+
+def test_with_excerpt_replaces_text_off_the_full_text_stays() -> None:
+    result, big_text = _excerpt_run(excerpt_replaces_text=False)
+    assert result.nodes[0].node.get_content() == big_text
+    assert result.nodes[0].node.metadata["flash_excerpt"] == "The fix is to set max_batch=8. Restart after."
+    assert "flash_excerpt_of_chars" not in result.nodes[0].node.metadata
+
+
 def test_tokens_shown_count_the_turn1_prompt_and_tool_results() -> None:
     long_nodes = [article_node(i, text=f"word{i} " * 2000) for i in range(1, 4)]
     without_tool = make_reranker(ScriptedLLM([answer(1)])).rerank_detailed("query", long_nodes)
@@ -424,6 +472,23 @@ def test_forced_mode_falls_back_to_the_requested_ids_when_the_answer_is_unusable
     llm = ScriptedLLM([tool_call(4, 2), "I would pick the fourth one"])
     result = make_reranker(llm, tool_mode="forced").rerank_detailed("q", article_nodes(5))
     assert (result.decision, result.source, result.selected_kb_ids) == (D.INVALID_JSON, S.TOOL_REQUESTS, kb(4, 2))
+
+
+def test_forced_mode_reply_without_the_tool_call_is_a_protocol_violation_in_upstream_order() -> None:
+    # A valid-looking answer that skipped the required call was given without reading any article.
+    llm = ScriptedLLM([answer(4, 2)])
+    result = make_reranker(llm, tool_mode="forced", max_topics=3).rerank_detailed("q", article_nodes(5))
+
+    assert (result.decision, result.source, result.selected_kb_ids) == (D.PROTOCOL_VIOLATION, S.UPSTREAM, kb(1, 2, 3))
+    assert result.is_fallback
+    assert "required" in (result.error or "")
+    assert len(llm.calls) == 1
+    assert result.trace is not None and result.trace.decision is D.PROTOCOL_VIOLATION
+
+
+def test_auto_mode_still_accepts_an_answer_without_a_tool_call() -> None:
+    result = make_reranker(ScriptedLLM([answer(4, 2)]), tool_mode="auto").rerank_detailed("q", article_nodes(5))
+    assert (result.decision, result.selected_kb_ids) == (D.ACCEPTED, kb(4, 2))
 
 
 def test_inline_tool_results_send_no_tool_messages() -> None:
@@ -549,3 +614,62 @@ def test_rerank_emits_llamaindex_rerank_events() -> None:
     assert len(starts) == len(ends) == 1
     assert (starts[0].top_n, starts[0].model_name, len(starts[0].nodes)) == (5, "scripted", 3)
     assert [n.node.metadata["kb_id"] for n in ends[0].nodes] == kb(2)
+
+
+# --- the conversation and the follow-up rewrite ------------------------------------------------------
+def _rewriter(reply: str | Exception) -> tuple[QueryContextualizer, ScriptedLLM]:
+    llm = ScriptedLLM([reply])
+    return QueryContextualizer(llm), llm
+
+
+HISTORY = [
+    ChatMessage(role=MessageRole.USER, content="How do I insert a table of contents?"),
+    ChatMessage(role=MessageRole.ASSISTANT, content="Choose Insert > Table of Contents."),
+]
+
+
+def test_a_follow_up_is_rewritten_from_the_conversation_and_the_model_sees_the_standalone_query() -> None:
+    ctx, ctx_llm = _rewriter("How do I update a table of contents?")
+    llm = ScriptedLLM([answer(2)])
+    flash = make_reranker(llm, contextualizer=ctx)
+
+    result = flash.rerank_detailed("And how do I update it?", article_nodes(4), conversation=HISTORY)
+
+    assert (result.query, result.original_query) == ("How do I update a table of contents?", "And how do I update it?")
+    assert "Query: How do I update a table of contents?" in sent_text(llm, 0)
+    assert "Latest message, as the user wrote it (data): And how do I update it?" in sent_text(llm, 0)
+    assert "Choose Insert > Table of Contents." in sent_text(llm, 0)  # the conversation is shown too
+    assert "How do I insert a table of contents?" in "\n".join(m.content or "" for m in ctx_llm.calls[0].messages)
+    assert result.trace is not None and result.trace.original_query == "And how do I update it?"
+    assert result.trace.query == "How do I update a table of contents?"  # a replay shows the model the same
+    assert result.input_tokens > 0  # the rewrite is billed too (no usage from the fake: counted)
+
+
+def test_without_a_conversation_the_query_is_not_rewritten_and_no_call_is_made() -> None:
+    ctx, ctx_llm = _rewriter("never used")
+    llm = ScriptedLLM([answer(1)])
+    result = make_reranker(llm, contextualizer=ctx).rerank_detailed("q", article_nodes(3))
+    assert (result.query, result.original_query) == ("q", None)
+    assert ctx_llm.calls == [] and "Latest message" not in sent_text(llm, 0)
+
+
+def test_a_failed_rewrite_keeps_the_query() -> None:
+    ctx, _ = _rewriter(RuntimeError("502"))
+    llm = ScriptedLLM([answer(1)])
+    result = make_reranker(llm, contextualizer=ctx).rerank_detailed("and it?", article_nodes(3), conversation=HISTORY)
+    assert (result.decision, result.query, result.original_query) == (D.ACCEPTED, "and it?", None)
+
+
+def test_as_a_postprocessor_it_reads_the_conversation_set_around_the_search() -> None:
+    ctx, _ = _rewriter("How do I update a table of contents?")
+    llm = ScriptedLLM([answer(2), answer(1)])
+    flash = make_reranker(llm, contextualizer=ctx)
+
+    with flash_conversation(HISTORY):
+        flash.postprocess_nodes(article_nodes(3), query_str="And how do I update it?")
+    assert flash.last_result is not None and flash.last_result.query == "How do I update a table of contents?"
+    assert "Choose Insert > Table of Contents." in sent_text(llm, 0)
+
+    flash.postprocess_nodes(article_nodes(3), query_str="And how do I update it?")  # outside: no conversation
+    assert flash.last_result.query == "And how do I update it?"
+    assert "Choose Insert > Table of Contents." not in sent_text(llm, 1)
