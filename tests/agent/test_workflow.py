@@ -505,8 +505,8 @@ def test_inline_transport_writes_numbered_readable_articles() -> None:
     assert [m.role for m in out] == [MessageRole.USER] * 3
     # numbered by the source list, kept in the result's own order
     assert text_of(out[1]) == (
-        "Result of retrieve_context:\n[2] Beta\n<article>\nBeta text.\n</article>\n\n"
-        "[1] Alpha\n<article>\nAlpha text.\n</article>"
+        "Result of retrieve_context:\n<kb_data>\n[2] Beta\n<article>\nBeta text.\n</article>\n\n"
+        "[1] Alpha\n<article>\nAlpha text.\n</article>\n</kb_data>"
     )
     assert text_of(out[2]) == "Result of other:\nplain text"
 
