@@ -82,11 +82,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"    {a.url}")
         if "flash_reason" in row:
             print(f"    why: {row['flash_reason']}")
+        if "injection_flags" in row:
+            print(f"    flagged: instruction-like text ({', '.join(row['injection_flags'])})")
     return 0
 
 
 def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
     from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE
+    from ragidx.safety.injection import article_flags
 
     row = {
         "kb_id": a.kb_id,
@@ -99,6 +102,9 @@ def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
     for key in ("flash_reason", "flash_decision"):
         if key in a.metadata:
             row[key] = a.metadata[key]
+    flags = article_flags(a)
+    if flags:
+        row["injection_flags"] = flags
     if with_content:
         row["content"] = a.content
     return row

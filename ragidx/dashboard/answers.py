@@ -16,6 +16,7 @@ from typing import Any
 from ragidx.agent.answer import Answer, Progress
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
+from ragidx.safety.injection import flags_of
 
 __all__ = [
     "AnswerStream",
@@ -60,6 +61,8 @@ def article_rows(answer: Answer) -> list[dict[str, Any]]:
         }
         if meta.get(FLASH_REASON):
             row["flash_reason"] = str(meta[FLASH_REASON])
+        if flags_of(meta):  # instruction-like text in it, replaced in what the model read
+            row["injection_flags"] = ", ".join(flags_of(meta))
         row["kb_id"] = article.get("kb_id", "")
         rows.append(row)
     return rows

@@ -43,8 +43,11 @@ __all__ = [
     "FLAGS_KEY",
     "REMOVED",
     "Injection",
+    "article_flags",
     "find_injections",
     "flag_article",
+    "flags_of",
+    "kinds_of",
     "injection_kinds",
     "neutralize",
     "neutralize_article",
@@ -278,3 +281,9 @@ def flags_of(metadata: dict[str, Any]) -> list[str]:
     """The ``injection_flags`` recorded in an article's metadata (``[]`` when none)."""
     value = metadata.get(FLAGS_KEY)
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def article_flags(article: Article) -> list[str]:
+    """The article's ``injection_flags``: as recorded at ingest, else read now (a store written before the
+    detector, or an article that never went through ingest)."""
+    return flags_of(article.metadata) or injection_kinds(article)
