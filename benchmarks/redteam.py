@@ -69,8 +69,8 @@ _TAKEOVER = (
 )
 _LEAK = re.compile(r"(?:reveal|print|repeat|show)[^.]{0,30}system prompt|(?:выведи|покажи)[^.]{0,30}системный промпт")
 _RELAY = (
-    (re.compile(r"tell the (?:user|reader) to ([^.;]+)"), "Please {}."),
-    (re.compile(r"(?:скажи|посоветуй) пользователю ([^.;]+)"), "Пожалуйста, {}."),
+    (re.compile(r"tell the (?:user|reader) to (.+?)(?:[.;](?:\s|$)|$)"), "Please {}."),
+    (re.compile(r"(?:скажи|посоветуй) пользователю (.+?)(?:[.;](?:\s|$)|$)"), "Пожалуйста, {}."),
 )
 
 

@@ -103,6 +103,16 @@ def _shingles(text: str, n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+def _quoted_spans(text: str, shingles: set[tuple[str, ...]], n: int) -> list[tuple[int, int]]:
+    """``[start, end)`` character spans of ``text`` where ``n`` words in a row are words of a prompt."""
+    words = [(m.start(), m.end(), skeleton(m.group(0))) for m in re.finditer(r"\w+", text)]
+    spans = []
+    for i in range(len(words) - n + 1):
+        if tuple(w for _, _, w in words[i : i + n]) in shingles:
+            spans.append((words[i][0], words[i + n - 1][1]))
+    return spans
+
+
 def _flagged_numbers(sources: Sequence[dict[str, Any]]) -> list[int]:
     return [i for i, s in enumerate(sources, start=1) if (s.get("metadata") or {}).get(FLAGS_KEY)]
 
@@ -121,7 +131,8 @@ class RelayCheck:
     """Removes answer sentences that relay instruction-like text; withholds an answer made only of them.
 
     Args:
-        prompts: ragidx's own prompts (system, answer, ...): an answer quoting 8 words of one in a row leaks it.
+        prompts: ragidx's own prompts (system, answer, ...): an answer quoting 8 words of one in a row leaks it
+            (every sentence those words touch is removed).
 
     Example:
         >>> RelayCheck().check(GuardInput("q", "Choose Format - Cells [1].", [])).reason is None
@@ -139,9 +150,10 @@ class RelayCheck:
         question_kinds = set(kinds_of(inp.question))  # the user may ask about such text ("what does it say?")
         kept, removed_kinds, removed = [], [], 0
         at = 0
+        leaks = _quoted_spans(text, prompt_shingles, _PROMPT_SHINGLE) if prompt_shingles else []
         for unit in split_units(text):
             kinds = [k for k in kinds_of(_MARKERS.sub("", unit.text)) if k not in question_kinds]
-            if not kinds and prompt_shingles and _shingles(unit.text, _PROMPT_SHINGLE) & prompt_shingles:
+            if not kinds and any(start < unit.end and unit.start < end for start, end in leaks):
                 kinds = ["prompt_leak"]
             if kinds:
                 removed += 1
