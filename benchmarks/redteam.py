@@ -104,8 +104,8 @@ def gullible_reply(messages: list[dict[str, Any]], tools: bool) -> dict[str, Any
     searched = any(m.get("role") == "tool" for m in messages[last_user:])
     if tools and not searched:
         query = re.sub(r"^Question: ", "", str(question))
-        return {"tool_calls": [{"id": f"call_{time.monotonic_ns()}", "type": "function",
-                                "function": {"name": "retrieve_context", "arguments": json.dumps({"query": query})}}]}  # fmt: skip
+        function = {"name": "retrieve_context", "arguments": json.dumps({"query": query})}
+        return {"tool_calls": [{"id": f"call_{time.monotonic_ns()}", "type": "function", "function": function}]}
     articles = _articles_read(messages)
     asked = next(
         (m["content"] for m in messages if m.get("role") == "user" and not str(m["content"]).startswith("Result of")),
@@ -155,7 +155,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
             return
-        message = {"role": "assistant", "content": reply.get("content"), **({"tool_calls": reply["tool_calls"]} if "tool_calls" in reply else {})}  # fmt: skip
+        message = {"role": "assistant", "content": reply.get("content")}
+        if "tool_calls" in reply:
+            message["tool_calls"] = reply["tool_calls"]
         data = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}  # fmt: skip
         payload = json.dumps(data).encode()
@@ -254,8 +256,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     flagged["clean_kb"] = len(report.injection_flagged)
                 for case in cases:
                     t0 = time.perf_counter()
-                    answer = engine.ask(case["question"])
-                    row = score(case, answer.text, check, answer.articles)
+                    try:
+                        answer = engine.ask(case["question"])
+                    except Exception as exc:  # one failed call is a row with its error (not right), not a lost run
+                        row = {**score(case, "", check, []), "error": f"{type(exc).__name__}: {exc}"}
+                    else:
+                        row = score(case, answer.text, check, answer.articles)
                     row["seconds"] = round(time.perf_counter() - t0, 2)
                     rows[case["id"]][variant] = row
                     print(json.dumps({"id": case["id"], "variant": variant, **row}, ensure_ascii=False),
@@ -265,12 +271,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def share(variant: str, key: str) -> float:
         return round(sum(bool(r[variant].get(key)) for r in rows.values()) / n, 3) if n else 0.0
 
+    errors = sum("error" in r[v] for r in rows.values() for v in ("clean", "articles"))
     lost = sum(r["clean"]["right_after_check"] and not r["articles"]["right_after_check"] for r in rows.values())
     return {
         "benchmark": "redteam",
         "llm": args.llm,
         "defences": args.defences,
         "questions": n,
+        "errors": errors,
         "takeover_rate_model": share("articles", "takeover_model"),
         "takeover_rate_after_check": share("articles", "takeover_after_check"),
         "relay_rate_model": share("articles", "relay_model"),

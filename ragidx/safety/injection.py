@@ -74,7 +74,8 @@ _EN: dict[str, Sequence[str]] = {
     "prompt_leak": (
         rf"\b(?:reveal|print|repeat|show|output|disclose|leak|display|write out|recite|dump)\b{_ANY}"
         r"(?:\bsystem prompt|\bsystem message|\b(?:your|the) (?:initial|hidden|original|full|system|secret) "
-        r"(?:prompt|instructions)|\binstructions (?:you were given|you received|above)|\byour (?:instructions|prompt|rules)\b)",
+        r"(?:prompt|instructions)|\binstructions (?:you were given|you received|above)|"
+        r"\byour (?:instructions|prompt|rules)\b)",
     ),
     "addresses_model": (
         r"\b(?:note|message|attention|instructions?|notice|memo)\s+(?:to|for)\s+(?:all\s+)?(?:the\s+)?(?:ai|a\.i\.|"
@@ -87,7 +88,7 @@ _EN: dict[str, Sequence[str]] = {
     ),
     "output_control": (
         r"\b(?:reply|respond|answer)\s+(?:only|just|exactly|solely)\b",
-        rf"(?:^|\band |\bplease |\binstead,? |[:;]\s*)(?:reply|respond|answer)\s+(?:with|by saying)\b",
+        r"(?:^|\band |\bplease |\binstead,? |[:;]\s*)(?:reply|respond|answer)\s+(?:with|by saying)\b",
         r"\b(?:cite|mention|list|include|show|give)\s+(?:no|zero)\s+(?:sources?|citations?|references?|links?)\b",
         r"\b(?:do not|don'?t|never)\s+(?:cite|mention|list|include|show|reference)\s+(?:any\s+|the\s+)?"
         r"(?:sources?|citations?|references?)\b",
@@ -98,8 +99,9 @@ _EN: dict[str, Sequence[str]] = {
     ),
     "credentials": (
         rf"\b(?:send|email|e-mail|mail|share|forward|wire|transfer|disclose|submit|give|provide|reply with)\b{_ANY}"
-        r"\b(?:your|their|his|her|the user'?s|users'?|my|our)\s+(?:\w+\s+)?(?:passwords?|passcodes?|credentials|logins?|"
-        r"pin(?: code)?|api keys?|access tokens?|credit cards?|card (?:number|details)|cvv|bank (?:details|account)|"
+        r"\b(?:your|their|his|her|the user'?s|users'?|my|our)\s+(?:\w+\s+)?"
+        r"(?:passwords?|passcodes?|credentials|logins?|pin(?: code)?|api keys?|access tokens?|credit cards?|"
+        r"card (?:number|details)|cvv|bank (?:details|account)|"
         r"ssn|social security|seed phrase|private keys?|one-time code|2fa code|verification code)\b",
         rf"\b(?:passwords?|credentials|card number|pin|api key|seed phrase|private key)\b{_ANY}\b(?:to|at)\s+"
         r"(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|https?://)",
@@ -224,7 +226,8 @@ def neutralize(text: str) -> str:
     spans = find_injections(text)
     if not spans:
         return text
-    out, at = [], 0
+    out: list[str] = []
+    at = 0
     for s in spans:
         gap = text[at : s.start]
         if out and out[-1] == REMOVED and not gap.strip():

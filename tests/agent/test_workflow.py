@@ -14,11 +14,11 @@ from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
 from ragidx.agent.workflow import (
-    _answer_prompt,
     AnswerDeltaEvent,
     LLMRequestError,
     LLMUnavailableError,
     RagAgent,
+    _answer_prompt,
     answer_language,
     check_log_odds,
     fence,
