@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flagged: dict[str, int] = {}
     started = time.perf_counter()
     with gullible_endpoint() as base_url:
-        for variant in ("clean", "articles"):
+        for variant in ("articles", "clean"):  # injected first: a cut-short local run still has its takeover figures
             llm = (
                 LLMEndpoint(model="gullible", api_base=base_url, api_key="sk-loopback", context_window=8192)
                 if args.llm == "scripted"

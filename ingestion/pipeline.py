@@ -46,8 +46,8 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from ingestion.sources import SourceError, SourceItem
 from ragidx.article import Article
-from ragidx.safety.injection import FLAGS_KEY, flag_article
 from ragidx.language import article_language
+from ragidx.safety.injection import FLAGS_KEY, flag_article
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
 logger = logging.getLogger(__name__)

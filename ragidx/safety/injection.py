@@ -179,6 +179,8 @@ class Injection:
     end: int
     kind: str
     text: str
+    kinds: tuple[str, ...] = ()
+    """Every kind found in the span (``kind`` is the first)."""
 
 
 # Advice against the act ("you don't need to send passwords", "никогда не сообщайте пароль") is help text.
@@ -217,7 +219,7 @@ def find_injections(text: str) -> list[Injection]:
     for start, end in _units(text):
         kinds = kinds_of(text[start:end])
         if kinds:
-            found.append(Injection(start, end, kinds[0], text[start:end]))
+            found.append(Injection(start, end, kinds[0], text[start:end], tuple(kinds)))
     return found
 
 
@@ -253,7 +255,7 @@ def injection_kinds(article: Article) -> list[str]:
     """
     parts = {"title": article.title, "url": url_words(article.url)}
     flags = {f"{where}:{kind}" for where, value in parts.items() for kind in kinds_of(value)}
-    flags |= {f"text:{i.kind}" for i in find_injections(article.content)}
+    flags |= {f"text:{kind}" for i in find_injections(article.content) for kind in i.kinds}
     return sorted(flags)
 
 
