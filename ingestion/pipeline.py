@@ -29,6 +29,10 @@ detected by ``ragidx.language``): the chunk store stems its full text in that la
 A document's chunks carry the section they start in (``SectionTagger``: ``section``, ``heading_path``,
 ``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text.
 
+Every article is read for instruction-like text (``ragidx.safety.injection.flag_article``) before it is stored:
+one that holds some carries ``injection_flags`` in its metadata, is logged, and is counted in the report
+(``injection_flagged``); its text is stored as written, and replaced only in what a model reads.
+
 Chunking and embedding run through a LlamaIndex ``IngestionPipeline``; chunk ids are
 ``uuid5(kb_id:chunk_no)`` (with the tenant, when there is one, so two tenants' chunks never share an id)
 so every backend (Weaviate needs UUIDs) gets the same stable ids.
@@ -55,6 +59,7 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 from ingestion.sources import FILE_STAMP, SourceError, SourceItem
 from ragidx.article import SECTIONS, Article, location_url
 from ragidx.language import article_language
+from ragidx.safety.injection import FLAGS_KEY, flag_article
 from ragidx.stores.access import InvalidPermissions, allowed_of
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
@@ -163,6 +168,8 @@ class IngestReport:
     """Set (and logged, once) when the embedding model does not read the language of many of them."""
     prune_skipped: str | None = None
     """Why ``prune`` deleted nothing although asked to (items that failed to read, ids unknown)."""
+    injection_flagged: list[str] = field(default_factory=list)
+    """Articles seen in this run whose title, link or text holds instruction-like text (``injection_flags``)."""
 
     @property
     def chunks_per_second(self) -> float:
@@ -186,6 +193,8 @@ class IngestReport:
             "languages": dict(sorted(self.languages.items())),
             **({"language_warning": self.language_warning} if self.language_warning else {}),
             **({"prune_skipped": self.prune_skipped} if self.prune_skipped else {}),
+            "injection_flagged": len(self.injection_flagged),
+            **({"injection_flagged_ids": self.injection_flagged[:20]} if self.injection_flagged else {}),
         }
 
 
@@ -278,8 +287,12 @@ class Ingestor:
                     if item.kb_id in articles or item.kb_id in seen_ids:
                         report.duplicates += 1
                         logger.warning("duplicate kb_id %r in %s: the later copy wins", item.kb_id, source)
-                    articles[item.kb_id] = item
+                    articles[item.kb_id] = flag_article(item)  # every article, whatever reader made it
                 report.seen += len(articles)
+                flagged = [k for k, a in articles.items() if FLAGS_KEY in a.metadata]
+                report.injection_flagged += flagged
+                for kb_id in flagged:
+                    logger.warning("%s holds instruction-like text %s", kb_id, articles[kb_id].metadata[FLAGS_KEY])
                 seen_ids.update(articles)
                 self._ingest_batch(list(articles.values()), source, report)
                 if bar is not None:

@@ -126,11 +126,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             )
         if "flash_reason" in row:
             print(f"    why: {printable(str(row['flash_reason']))}")
+        if "injection_flags" in row:
+            print(f"    flagged: instruction-like text ({printable(', '.join(row['injection_flags']))})")
     return 0
 
 
 def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
     from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE
+    from ragidx.safety.injection import article_flags
 
     row = {
         "kb_id": a.kb_id,
@@ -143,9 +146,16 @@ def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
     for key in ("flash_reason", "flash_decision"):
         if key in a.metadata:
             row[key] = a.metadata[key]
-    shown = {k: v for k, v in a.metadata.items() if k not in _RANK_KEYS and not k.startswith(("flash_", "chain_"))}
+    shown = {
+        k: v
+        for k, v in a.metadata.items()
+        if k not in _RANK_KEYS and not k.startswith(("flash_", "chain_", "injection_"))
+    }
     if shown:
         row["metadata"] = shown  # the article's own fields (product, version, source ...): what --filter reads
+    flags = article_flags(a)
+    if flags:
+        row["injection_flags"] = flags
     if with_content:
         row["content"] = a.content
     return row
@@ -223,6 +233,9 @@ def _stream_answer(engine: Any, question: str, *, progress: bool, scope: dict[st
         elif progress and answer.not_found_reason:  # the model was not asked: why, beside the progress lines
             print(f"· not answered: {printable(answer.not_found_reason)}", file=sys.stderr, flush=True)
         print(("\n" if streamed.strip() else "") + _screen(answer.text), end="")
+    elif any(g.get("name") == "relay" for g in answer.guards):
+        # the sentences that relayed an article's instructions were never shown; the answer ends saying so
+        print(f"\n\n{_screen(answer.text.rpartition(chr(10) * 2)[2])}", end="")
     elif _markers(shown.printed) != _markers(answer.text):
         # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
         # the text already on screen numbers its sources differently from the list below it

@@ -19,6 +19,7 @@ from ragidx.agent.guards import StreamFilter
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
 from ragidx.safe_text import printable, web_url
+from ragidx.safety.injection import flags_of
 
 __all__ = [
     "AnswerStream",
@@ -99,6 +100,8 @@ def article_rows(answer: Answer) -> list[dict[str, Any]]:
         }
         if meta.get(FLASH_REASON):
             row["flash_reason"] = printable(str(meta[FLASH_REASON]))
+        if flags_of(meta):  # instruction-like text in it, replaced in what the model read
+            row["injection_flags"] = ", ".join(flags_of(meta))
         row["kb_id"] = printable(str(article.get("kb_id", "")))
         rows.append(row)
     return rows

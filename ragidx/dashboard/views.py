@@ -376,6 +376,12 @@ def ingest_page(engine: Any) -> None:
             st.error(result.summary())
         if result.report.get("language_warning"):
             st.warning(result.report["language_warning"])
+        if result.report.get("injection_flagged"):
+            ids = ", ".join(result.report.get("injection_flagged_ids", []))
+            st.warning(
+                f"{result.report['injection_flagged']} articles hold instruction-like text (flagged; the model reads "
+                f"it replaced by '[instruction-like text removed]'): {ids}"
+            )
         if result.skipped:
             with st.expander(f"{result.name}: {len(result.skipped)} lines skipped"):
                 st.code("\n".join(result.skipped[:200]), language=None)

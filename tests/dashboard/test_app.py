@@ -223,7 +223,8 @@ def test_a_russian_upload_on_an_english_only_model_says_what_to_use(dashboard_en
         ("empty.jsonl", b"", "empty.jsonl is empty: there is nothing to ingest"),
         ("notes.md", b"  \n", "notes.md is empty"),
         ("table.csv", b"id,text\n1,hello\n", "table.csv: unsupported file type '.csv'"),
-        ("kb.pdf", b"%PDF-1.4", "kb.pdf: unsupported file type '.pdf'"),
+        ("slides.pptx", b"PK\x03\x04", "slides.pptx: unsupported file type '.pptx'"),
+        ("kb.pdf", b"%PDF-1.4", "kb.pdf: no article could be read (kb.pdf: not a readable PDF"),
         (
             "broken.jsonl",
             b"{not json\n[1, 2]\n",
@@ -235,7 +236,7 @@ def test_bad_uploads_show_a_clear_message(dashboard_env: Path, name: str, data: 
     at = upload(start("ingest"), (name, data))
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and errors[0].startswith(message), errors
-    assert "Upload a .jsonl file" in errors[0]
+    assert "Upload a .jsonl file" in errors[0] and "a PDF, a Word .docx file" in errors[0]
     assert not at.success
 
 

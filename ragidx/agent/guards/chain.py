@@ -5,17 +5,20 @@ talk about their sources); a strong model writes right answers that trip them (a
 product, a value it knows beside the one it cites). So the set of rules is chosen per model:
 
 - ``small-model``: every gate and guard (the local llama.cpp model's default).
-- ``endpoint``: the model's own "not found" (a reply citing an article counts as an answer); marker
+- ``endpoint``: the model's own "not found" (a reply citing an article counts as an answer) and ``relay``; marker
   validation always runs (``ragidx.agent.citations.resolve_citations``). The default for OpenAI-compatible
   endpoints.
 - ``off``: marker validation only.
+
+``relay`` (an answer never passes on instructions found in an article) is in both model profiles: an instruction
+to send a password is wrong in any model's answer.
 
 ``enable`` / ``disable`` add or remove guards by name (:data:`GUARD_NAMES`) on top of a profile.
 
 Example:
     >>> chain = GuardChain.from_profile("endpoint")
     >>> chain.names
-    ('model_not_found',)
+    ('model_not_found', 'relay')
     >>> v = chain.review("Default?", "It is 128MB [1]. Unlike MySQL or Oracle, it uses the OS cache.", [])
     >>> (v.not_found, v.fired)
     (False, [])
@@ -31,6 +34,7 @@ from ragidx.agent.guards.echo import ArticleCopy, EchoedSourceList, SourceListOn
 from ragidx.agent.guards.entities import EntityRestore
 from ragidx.agent.guards.gates import AnswerCheck, MissingIdentifiers, SharesTerms
 from ragidx.agent.guards.not_found import ModelSaysNotFound
+from ragidx.agent.guards.relay import Relay
 from ragidx.agent.guards.source_talk import SourceTalk
 from ragidx.agent.guards.stream import StreamFilter
 from ragidx.agent.guards.ungrounded import UngroundedNames, UngroundedNumbers, UngroundedShortcuts
@@ -50,6 +54,7 @@ GUARD_NAMES = (
     "ungrounded_names",
     "source_talk",
     "entities",
+    "relay",
 )
 """Guards after the answer, in the order they run: the "not found" verdicts first, then the clean-ups."""
 ALL_NAMES = GATE_NAMES + GUARD_NAMES
@@ -58,7 +63,7 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "small-model": ALL_NAMES,
     # Kept for strong models: only rules whose measured false-positive rate on right answers is 0
     # (benchmarks/guard_replay.py).
-    "endpoint": ("model_not_found",),
+    "endpoint": ("model_not_found", "relay"),
     "off": (),
 }
 
@@ -77,6 +82,7 @@ def _guard(name: str, profile: str) -> AnswerGuard:
         "ungrounded_names": UngroundedNames,
         "source_talk": SourceTalk,
         "entities": EntityRestore,
+        "relay": Relay,
     }
     return guards[name]()
 

@@ -3,7 +3,9 @@
 It applies, piece by piece, the text clean-ups of the guard profile that the finished answer gets: entities
 shown as characters (``entities``), a copy of the source list after the answer held back and dropped
 (``echoed_source_list``), closing sentences that only say where the answer was found held back and replaced by
-their markers (``source_talk``). Each holds back only what may still change; everything else is shown at once.
+their markers (``source_talk``), a sentence that relays instruction-like text from an article never shown
+(``relay``: sentences are shown once complete). Each holds back only what may still change; everything else is
+shown at once.
 
 Example:
     >>> f = StreamFilter(["echoed_source_list", "source_talk", "entities"])
@@ -18,6 +20,7 @@ from typing import Any
 
 from ragidx.agent.guards.echo import SOURCES_HEADING, SOURCES_WORDS, strip_echoed_sources
 from ragidx.agent.guards.entities import EntityUnescaper
+from ragidx.agent.guards.relay import RelayHold
 from ragidx.agent.guards.source_talk import source_talk_units
 from ragidx.sentences import split_units
 
@@ -116,6 +119,7 @@ class StreamFilter:
         self._entities: EntityUnescaper | _Pass = EntityUnescaper() if "entities" in names else _Pass()
         self._echo = _EchoHold() if "echoed_source_list" in names else None
         self._talk = _TalkHold() if "source_talk" in names else None
+        self._relay = RelayHold() if "relay" in names else None
         self.printed = ""
         """Everything the filter has let through so far."""
 
@@ -136,14 +140,18 @@ class StreamFilter:
             titles = [self._title(str(s.get("title") or s.get("kb_id") or "")) for s in sources]
             text += self._talk_feed(self._echo.flush(titles))
         if self._talk is not None:
-            text += self._talk.flush()
+            talk = self._talk.flush()
+            text += self._relay.feed(talk) if self._relay is not None else talk
+        if self._relay is not None:
+            text += self._relay.flush()
         return self._out(text)
 
     def _after_entities(self, text: str) -> str:
         return self._talk_feed(self._echo.feed(text) if self._echo is not None else text)
 
     def _talk_feed(self, text: str) -> str:
-        return self._talk.feed(text) if self._talk is not None else text
+        text = self._talk.feed(text) if self._talk is not None else text
+        return self._relay.feed(text) if self._relay is not None else text
 
     def _out(self, text: str) -> str:
         self.printed += text

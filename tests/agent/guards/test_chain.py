@@ -105,12 +105,13 @@ def test_the_off_profile_validates_markers_only() -> None:
 def test_small_model_runs_every_rule_in_order_and_overrides_apply() -> None:
     assert PROFILES["small-model"] == profile_names("small-model")
     assert profile_names("endpoint", enable=["entities", "shares_terms"]) == (
-        "shares_terms", "model_not_found", "entities"
+        "shares_terms", "model_not_found", "entities", "relay"
     )  # fmt: skip
     assert "ungrounded_names" not in profile_names("small-model", disable=["ungrounded_names"])
     chain = GuardChain.from_profile("endpoint", enable=["source_talk"], disable=["model_not_found"])
     assert chain.describe() == {
-        "profile": "endpoint", "guards": ["source_talk"], "enabled": ["source_talk"], "disabled": ["model_not_found"]
+        "profile": "endpoint", "guards": ["source_talk", "relay"], "enabled": ["source_talk"],
+        "disabled": ["model_not_found"]
     }  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown guard 'ungrounded_nums'; the guards are: shares_terms, "):
         profile_names("endpoint", enable=["ungrounded_nums"])
@@ -121,7 +122,7 @@ def test_small_model_runs_every_rule_in_order_and_overrides_apply() -> None:
 def test_the_profile_follows_the_model_unless_set() -> None:
     local, remote = LLMEndpoint(), LLMEndpoint(api_base="http://127.0.0.1:9/v1")
     assert (local.effective_guards, remote.effective_guards) == ("small-model", "endpoint")
-    assert local.guard_names == PROFILES["small-model"] and remote.guard_names == ("model_not_found",)
+    assert local.guard_names == PROFILES["small-model"] and remote.guard_names == ("model_not_found", "relay")
     # the answer check is the small-model profile's gate: on for the local model, off for endpoints, unless set
     assert local.effective_answer_check is not None and remote.effective_answer_check is None
     assert LLMEndpoint(guards="off").effective_answer_check is None
