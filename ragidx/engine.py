@@ -45,7 +45,7 @@ def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
     the model's weights in memory and that prefix in its prompt cache (best effort, see ``Engine.warm_up``)."""
     from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-    from ragidx.agent.workflow import SYSTEM_PROMPT
+    from ragidx.agent.prompts import SYSTEM_PROMPT
     from ragidx.providers.chat import capped
 
     try:
@@ -362,7 +362,7 @@ class Engine:
         """The answer guard chain of the configured model's profile (``[llm] guards``; see ``ragidx.agent.guards``)."""
         if self._guards is None:
             from ragidx.agent.guards import GuardChain
-            from ragidx.agent.workflow import prompt_title
+            from ragidx.agent.rendering import prompt_title
 
             llm = self.settings.llm
             self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
@@ -377,7 +377,7 @@ class Engine:
     def memory(self) -> Any:
         """The conversations of ``session_id`` turns (``SessionMemory``), shared by the agent and chat engines."""
         if self._memory is None:
-            from ragidx.agent.workflow import SessionMemory
+            from ragidx.agent.memory import SessionMemory
 
             self._memory = SessionMemory()
         return self._memory
@@ -493,7 +493,7 @@ class Engine:
             elif progress and isinstance(event, SearchEvent):
                 yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
             elif progress and isinstance(event, BudgetReportEvent):
-                tokens = int(event.report.get("tokens_after", 0))
+                tokens = event.tokens
                 titles = tuple(event.titles)
                 yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
         yield await handler
