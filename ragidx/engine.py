@@ -484,7 +484,7 @@ class Engine:
         search with the articles it found, each prompt with its size, before the model reads it.
         """
         from ragidx.agent.answer import Progress
-        from ragidx.agent.workflow import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
+        from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
         handler = self.agent().run(question=question, session_id=session_id)
         async for event in handler.stream_events():

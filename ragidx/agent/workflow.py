@@ -39,112 +39,55 @@ import re
 import time
 import uuid
 from abc import ABCMeta
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.tools import FunctionTool
-from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
-from pydantic import BaseModel, Field
+from llama_index.core.workflow import Context, StartEvent, StopEvent, Workflow, step
 from workflows.workflow import WorkflowMeta
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer, Citation
+from ragidx.agent.calls import PLAN_TOOL, TurnCalls
 from ragidx.agent.citations import resolve_citations
+from ragidx.agent.events import (
+    AnswerDeltaEvent,
+    AnswerEvent,
+    BudgetReportEvent,
+    DecideEvent,
+    SearchEvent,
+    ToolCallsEvent,
+)
 from ragidx.agent.guards import GateInput, GuardChain
-from ragidx.agent.guards.gates import ANSWER_CHECK, RELEVANCE_GATES, check_log_odds, check_options
+from ragidx.agent.guards.gates import ANSWER_CHECK, RELEVANCE_GATES
 from ragidx.agent.memory import SessionMemory
 from ragidx.agent.prompts import SYSTEM_PROMPT, checked, default_prompts
-from ragidx.agent.rendering import _answer_prompt, prompt_title, to_inline
+from ragidx.agent.rendering import _answer_prompt, prompt_title
 from ragidx.agent.rewrite import HeuristicRewriter, QueryRewriter, earlier_questions
 from ragidx.agent.turn import Turn
-from ragidx.article import SEE_ABOVE, Article, SearchResult
-from ragidx.budget import ContextBudget, Fit, Renderer
-from ragidx.budget.messages import call_id, tool_results, with_results
-from ragidx.budget.report import ContextWindowTooSmallError
-from ragidx.providers.chat import (
-    ChatCaller,
-    ContextOverflowError,
-    LLMRequestError,
-    LLMUnavailableError,
-    model_name,
-    usage,
-)
+from ragidx.article import SEE_ABOVE, SearchResult
+from ragidx.budget import ContextBudget, Fit
+from ragidx.budget.messages import tool_results
+from ragidx.providers.chat import LLMRequestError, LLMUnavailableError, model_name
 from ragidx.providers.speed import AnswerDeadline
 
 __all__ = [
     "AnswerDeltaEvent",
-    "AnswerEvent",
     "BudgetReportEvent",
-    "DecideEvent",
     "LLMRequestError",
     "LLMUnavailableError",
     "RagAgent",
     "SearchEvent",
     "SessionMemory",
-    "ToolCallsEvent",
 ]
 
 logger = logging.getLogger(__name__)
 
 ToolMode = Literal["auto", "forced"]
 PlanMode = Literal["always", "never"]
-T = TypeVar("T")
-
-
-class PlanSearches(BaseModel):
-    queries: list[str] = Field(description="1 to 3 short search queries, one per part of the question.")
-
-
-def _plan_searches(queries: list[str]) -> str:
-    return "\n".join(queries)
-
-
-PLAN_TOOL = FunctionTool.from_defaults(
-    _plan_searches,
-    name="plan_searches",
-    description="Plan the knowledge-base searches for the question: one short query per part of it.",
-    fn_schema=PlanSearches,
-)
-
-
-class DecideEvent(Event):
-    turn: Turn
-
-
-class ToolCallsEvent(Event):
-    turn: Turn
-    calls: list[ToolSelection]
-
-
-class AnswerEvent(Event):
-    turn: Turn
-
-
-class AnswerDeltaEvent(Event):
-    """Streamed: a piece of the answer text."""
-
-    delta: str
-
-
-class BudgetReportEvent(Event):
-    """Streamed: what the budget hook did before an LLM call (``call``: plan, decide or answer)."""
-
-    report: dict[str, object]  # the BudgetReport as JSON
-    call: str = ""
-    tokens: int = 0  # the prompt's tokens as sent (the report's ``tokens_after``)
-    expected_s: float | None = None  # how long the model should take over it, from its measured speed
-    titles: list[str] = Field(default_factory=list)  # of the articles the prompt shows, best first
-
-
-class SearchEvent(Event):
-    """Streamed: a retrieval ran; the titles it found, best first, or the error."""
-
-    query: str
-    titles: list[str]
-    error: str | None = None
 
 
 class _AgentMeta(WorkflowMeta, ABCMeta):
@@ -230,25 +173,22 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
         self.tool_mode = tool_mode
-        self.inline_tool_results = inline_tool_results
         self.max_tool_rounds = max_tool_rounds
         self.max_queries = max_queries
-        self.fallback_llm = fallback_llm
-        self.fallback_context_window = fallback_context_window
-        self.fallback_max_output_tokens = fallback_max_output_tokens or max_output_tokens
         self.memory = memory or SessionMemory()
         self.prompts = default_prompts()
         self.prompts["system_prompt"] = PromptTemplate(system_prompt)
         self.rewriter = rewriter if rewriter is not None or tool_mode == "auto" else HeuristicRewriter()
-        self.retries = retries
-        self.backoff_s = backoff_s
         self.relevance_gate = relevance_gate
         self.plan = plan
-        self.deadline = deadline
-        self.max_prompt_tokens = max_prompt_tokens
         self.answer_check = answer_check
         self.guards = guards or GuardChain.from_profile("small-model", title=prompt_title)
-        self._learned_shrink: dict[str, int] = {}
+        self.calls = TurnCalls(
+            llm, budget, prompts=self.prompts, inline_tool_results=inline_tool_results, fallback_llm=fallback_llm,
+            fallback_context_window=fallback_context_window,
+            fallback_max_output_tokens=fallback_max_output_tokens or max_output_tokens, retries=retries,
+            backoff_s=backoff_s, deadline=deadline, max_prompt_tokens=max_prompt_tokens,
+        )  # fmt: skip
         self._update_prompts(dict(prompts or {}))
 
     # --- prompts (LlamaIndex's PromptMixin) ----------------------------------------------------------
@@ -286,7 +226,7 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
             question, session_id, messages, llm=self.llm, window=self.context_window, max_out=self.max_output_tokens
         )
         turn.conversation.history, turn.conversation.results = history, results
-        turn.model.shrink = self._learned_shrink.get(model_name(self.llm), 0)
+        turn.model.shrink = self.calls.learned_shrink.get(model_name(self.llm), 0)
         if self.budget.cap is not None:
             # The cap limits later searches of a turn by the room its prompt has left; a new question's first
             # search must not inherit the last answer's (a full 1K-token prompt left room for one article).
@@ -313,9 +253,9 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         """
         forced = {"type": "function", "function": {"name": PLAN_TOOL.metadata.name}}
         try:
-            response = await self._send(
-                ctx, turn, [PLAN_TOOL], self.prompts["plan_prompt"].format(),
-                lambda fit: self._chat(turn, fit, tools=[PLAN_TOOL], tool_choice=forced),
+            response = await self.calls.send(
+                ctx.write_event_to_stream, turn, [PLAN_TOOL], self.prompts["plan_prompt"].format(),
+                lambda fit: self.calls.chat(turn, fit, tools=[PLAN_TOOL], tool_choice=forced),
             )  # fmt: skip
             calls = turn.model.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             planned = calls[0].tool_kwargs.get("queries", []) if calls else []
@@ -338,8 +278,12 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
             return AnswerEvent(turn=turn)
         if self.tool_mode == "auto":
             tools = [self.retrieve_tool]
-            response = await self._send(
-                ctx, turn, tools, None, lambda fit: self._chat(turn, fit, tools=tools, tool_choice="auto")
+            response = await self.calls.send(
+                ctx.write_event_to_stream,
+                turn,
+                tools,
+                None,
+                lambda fit: self.calls.chat(turn, fit, tools=tools, tool_choice="auto"),
             )
             calls = turn.model.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             calls = [c for c in calls if c.tool_name == self.retrieve_tool.metadata.name]
@@ -383,21 +327,17 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
             sources = [a.to_dict() for a in fit.articles]
             turn.gate.reason = self._gate(turn, sources, retrieved)
-            if turn.gate.reason is None and (reply := await self._answer_check(turn, fit)) is not None:
+            margin = self.answer_check if self.guards.answer_check and turn.gate.reason is None else None
+            if margin is not None and (reply := await self.calls.answer_check(turn, fit, margin)) is not None:
                 turn.gate.reason = self._gate(turn, sources, retrieved, reply)
             if turn.gate.reason is not None:
                 logger.info("not asking the model for an answer: %s", turn.gate.reason)
                 return None, sources
-            return await self._stream_answer(ctx, turn, fit), sources
+            return await self.calls.stream_answer(ctx.write_event_to_stream, turn, fit), sources
 
         # The instruction lists the articles the prompt shows, numbered as the inline transport numbers them.
-        text, sources = await self._send(
-            ctx,
-            turn,
-            None,
-            lambda shown: _answer_prompt(turn.conversation.question, shown, self.prompts["answer_prompt"]),
-            send,
-        )
+        instruction = lambda shown: _answer_prompt(turn.conversation.question, shown, self.prompts["answer_prompt"])  # noqa: E731
+        text, sources = await self.calls.send(ctx.write_event_to_stream, turn, None, instruction, send)
         if text is None:
             # The articles that were searched stay visible on the answer; none is cited.
             return StopEvent(
@@ -451,143 +391,6 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         kwargs = {"tool_call_id": call.tool_id, "name": call.tool_name}
         return ChatMessage(role=MessageRole.TOOL, content=content, additional_kwargs=kwargs), result
 
-    async def _send(
-        self,
-        ctx: Context,
-        turn: Turn,
-        tools: Sequence[Any] | None,
-        instruction: Instruction,
-        send: Callable[[Fit], Awaitable[T]],
-    ) -> T:
-        """Budget, then send. The last resort: if the endpoint still answers that the prompt overflows (its
-        tokenizer or chat template counts more than ours), budget once more for a window smaller by the
-        endpoint's excess, remembered for later calls to the same model, and send again."""
-        fit = await self._budgeted(ctx, turn, tools, instruction)
-        try:
-            return await send(fit)
-        except ContextOverflowError as exc:
-            # The endpoint counts `ratio` times what we count: scale the room for the prompt down by it.
-            ratio = (exc.prompt_tokens / fit.tokens) if exc.prompt_tokens and fit.tokens else 1.15
-            ratio = max(ratio, 1.02) * 1.02
-            room = turn.model.window - turn.model.shrink - turn.model.max_out
-            turn.model.shrink = turn.model.window - turn.model.max_out - int(room / ratio)
-            self._learned_shrink[model_name(turn.model.llm)] = turn.model.shrink
-            logger.warning(
-                "the endpoint counts %.2fx our prompt tokens; budgeting a %d-token smaller window",
-                ratio,
-                turn.model.shrink,
-            )
-        return await send(await self._budgeted(ctx, turn, tools, instruction))
-
-    async def _budgeted(self, ctx: Context, turn: Turn, tools: Sequence[Any] | None, instruction: Instruction) -> Fit:
-        """Run the budget hook; keep the conversation it kept as the turn's; return what to send.
-
-        Switches the rest of the turn to the fallback model when the primary window cannot hold the fixed
-        prompt, or when the budget recommends it; the reason is recorded on the answer.
-        """
-        t0 = time.perf_counter()
-        render = self._renderer(turn, instruction)
-        try:
-            fit = await self._fit(turn, tools, render)
-        except ContextWindowTooSmallError as exc:
-            if not self._switch_to_fallback(
-                turn, f"the {turn.model.window}-token window cannot hold the prompt: {exc}"
-            ):
-                raise
-            fit = await self._fit(turn, tools, render)
-        if fit.report.fallback_recommended and self._switch_to_fallback(
-            turn, fit.report.fallback_reason or "the budget recommended a larger window"
-        ):
-            turn.usage.reports.append(fit.report)
-            fit = await self._fit(turn, tools, render)
-        turn.conversation.messages = fit.conversation
-        kept = {call_id(m) for m in fit.conversation}
-        turn.conversation.results = {k: r for k, r in turn.conversation.results.items() if k in kept}
-        turn.usage.reports.append(fit.report)
-        turn.usage.timings["hook"] += time.perf_counter() - t0
-        ctx.write_event_to_stream(
-            BudgetReportEvent(
-                report=fit.report.model_dump(mode="json"),
-                call=_call_name(tools),
-                tokens=fit.report.tokens_after,
-                expected_s=self.deadline.speed.seconds_for(fit.report.tokens_after) if self.deadline else None,
-                titles=[a.title or a.kb_id for a in fit.articles],
-            )
-        )
-        return fit
-
-    async def _fit(self, turn: Turn, tools: Sequence[Any] | None, render: Renderer) -> Fit:
-        """The budget on the model's window, filling the prompt cap (answer-time deadline, fixed cap) where one
-        is set and can hold the fixed prompt."""
-        kwargs = {
-            "tools": tools,
-            "question": turn.conversation.question,
-            "context_window": turn.model.window - turn.model.shrink,
-            "max_output_tokens": turn.model.max_out,
-        }
-        if (cap := self._prompt_cap(turn)) is not None:
-            try:
-                return await self.budget.afit(
-                    turn.conversation.messages, turn.conversation.results, render, prompt_cap=cap, **kwargs
-                )
-            except ContextWindowTooSmallError as exc:
-                logger.info("the prompt cap (%d tokens) cannot hold the prompt (%s); using the window", cap, exc)
-        return await self.budget.afit(turn.conversation.messages, turn.conversation.results, render, **kwargs)
-
-    def _prompt_cap(self, turn: Turn) -> int | None:
-        """The tighter of the fixed cap and the deadline's cap on prompt tokens (none on the fallback model)."""
-        caps = [] if self.max_prompt_tokens is None else [self.max_prompt_tokens]
-        if self.deadline is not None:
-            caps.append(self.deadline.prompt_cap(time.perf_counter() - turn.usage.started))
-        if not caps or turn.model.fallback_reason is not None:
-            return None
-        turn.model.prompt_cap = min(caps)
-        return turn.model.prompt_cap
-
-    def _switch_to_fallback(self, turn: Turn, reason: str) -> bool:
-        if self.fallback_llm is None or turn.model.fallback_reason is not None:
-            return False
-        logger.warning("switching to the fallback model: %s", reason)
-        turn.model.fallback_reason = reason
-        turn.model.llm = self.fallback_llm
-        turn.model.window = self.fallback_context_window or turn.model.window
-        turn.model.max_out = self.fallback_max_output_tokens
-        turn.model.shrink = self._learned_shrink.get(model_name(self.fallback_llm), 0)
-        return True
-
-    def _renderer(self, turn: Turn, instruction: Instruction) -> Renderer:
-        """What is sent: the fixed system prompt, the messages, then the step's instruction.
-
-        The system prompt is the same on every call and the instruction comes last, so a local server's
-        prompt cache reuses everything before it from one call to the next. Search results are written as
-        the budget gives them (as JSON, or inline as numbered text); the others as they came.
-        """
-
-        def render(
-            messages: Sequence[ChatMessage], results: Mapping[str, SearchResult], articles: Sequence[Article]
-        ) -> list[ChatMessage]:
-            if self.inline_tool_results:
-                body = to_inline(messages, {**turn.conversation.results, **results}, articles)
-            else:
-                body = with_results(messages, results, turn.conversation.results)
-            wire = [ChatMessage(role=MessageRole.SYSTEM, content=self.prompts["system_prompt"].format()), *body]
-            text = instruction(articles) if callable(instruction) else instruction
-            if text:
-                wire.append(ChatMessage(role=MessageRole.USER, content=text))
-            return wire
-
-        return render
-
-    async def _chat(self, turn: Turn, fit: Fit, *, tools: Sequence[Any], tool_choice: Any) -> Any:
-        turn.usage.record(fit)
-        t0 = time.perf_counter()
-        try:
-            response = await self._caller(turn).achat(fit.messages, tools=tools, tool_choice=tool_choice)
-        finally:
-            turn.usage.timings["llm"] += time.perf_counter() - t0
-        turn.usage.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
-        return response
-
     def _gate(self, turn: Turn, sources: Articles, retrieved: Articles, check_reply: str | None = None) -> str | None:
         """Why the model is not asked at all (the answer's ``not_found_reason``), or None: the profile's gates on
         the articles, or with ``check_reply`` its answer check's."""
@@ -601,74 +404,6 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         if (fired := self.guards.gate(inp, only=only)) is not None:
             turn.gate.fired.append(fired)
         return fired.reason if fired else None
-
-    async def _answer_check(self, turn: Turn, fit: Fit) -> str | None:
-        """The answer check: whether the model rates YES, "the articles shown answer the question", likelier
-        than NO by ``answer_check`` log-odds. One token on the answer's prompt with the check in place of the
-        answer instruction (shorter, so it fits wherever the answer's prompt fits); the server reuses the
-        articles' cache for it and again for the answer. Both tokens get +100, so the reply is one of them,
-        and YES ``-answer_check`` more: greedy decoding then picks YES exactly when its log-odds over NO reach
-        the margin. Returns the model's reply for the profile's ``answer_check`` gate to judge; None (the model
-        answers) without a check (or with the fallback model), or when the server refuses the call."""
-        if self.answer_check is None or not self.guards.answer_check or turn.model.llm is not self.llm:
-            return None
-        messages = [
-            *fit.messages[:-1],
-            ChatMessage(
-                role=MessageRole.USER, content=self.prompts["check_prompt"].format(question=turn.conversation.question)
-            ),
-        ]
-        t0 = time.perf_counter()
-        try:
-            response = await self._caller(turn).achat(messages, **check_options(self.answer_check))
-        except LLMRequestError as exc:  # e.g. a server that refuses logit_bias; a dead one fails the answer too
-            logger.warning("the answer check failed (%s); asking for the answer anyway", exc)
-            return None
-        finally:
-            turn.usage.timings["answer_check"] = time.perf_counter() - t0
-            turn.usage.timings["llm"] += turn.usage.timings["answer_check"]
-        turn.gate.check_log_odds = check_log_odds(response)
-        turn.gate.prompt_read = True
-        if self.deadline is not None:
-            # The check's one token on the articles is the turn's reading; the answer after it starts from the
-            # server's cache, so its first token says nothing about reading (see _stream_answer). The system
-            # prompt is cached from earlier calls (Engine.warm_up reads it first), so it is not counted.
-            count = self.budget.tokens.count
-            read = fit.tokens - count(fit.messages[-1].content or "") + count(messages[-1].content or "")
-            if fit.messages[0].role == MessageRole.SYSTEM:
-                read -= count(fit.messages[0].content or "")
-            seconds = turn.usage.timings["answer_check"]
-            self.deadline.observe(prompt_tokens=read, ttft_s=seconds, completion_tokens=0, total_s=seconds)
-        return (response.message.content or "").strip()
-
-    async def _stream_answer(self, ctx: Context, turn: Turn, fit: Fit) -> str:
-        turn.usage.record(fit)
-        t0 = time.perf_counter()
-        first: list[float] = []
-
-        def on_delta(delta: str) -> None:
-            if not first:
-                first.append(time.perf_counter() - t0)
-            ctx.write_event_to_stream(AnswerDeltaEvent(delta=delta))
-
-        try:
-            text = await self._caller(turn).astream(fit.messages, on_delta)
-        finally:
-            turn.usage.timings["llm"] += time.perf_counter() - t0
-        total = time.perf_counter() - t0
-        written = self.budget.tokens.count(text)
-        turn.usage.completion_tokens += written
-        if first:
-            turn.usage.timings["answer_ttft"] = first[0]
-            if self.deadline is not None and turn.model.llm is self.llm:
-                read = 0 if turn.gate.prompt_read else turn.usage.prompt_tokens[-1]  # after the check: writing only
-                self.deadline.observe(prompt_tokens=read, ttft_s=first[0], completion_tokens=written, total_s=total)
-        return text
-
-    def _caller(self, turn: Turn) -> ChatCaller:
-        return ChatCaller(
-            turn.model.llm, retries=self.retries, backoff_s=self.backoff_s, max_output_tokens=turn.model.max_out
-        )
 
     def _finish(
         self, turn: Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool, reason: str | None = None
@@ -706,15 +441,6 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
 # --- helpers -------------------------------------------------------------------------------------------
 Articles = list[dict[str, Any]]
 """Articles as the tool's JSON writes them (the answer's ``articles``)."""
-Instruction = str | Callable[[Sequence[Article]], str] | None
-"""A step's closing instruction, or a function of the articles the prompt shows (the answer's sources)."""
-
-
-def _call_name(tools: Sequence[Any] | None) -> str:
-    """Which LLM call of the turn a budget run is for: ``answer`` (no tools), ``plan`` or ``decide``."""
-    if not tools:
-        return "answer"
-    return "plan" if tools[0].metadata.name == PLAN_TOOL.metadata.name else "decide"
 
 
 def _norm(query: str) -> str:
