@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
+
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem, read_source
 from ragidx.article import Article
@@ -40,19 +42,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
+def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str) -> None:
     """Start the local model's server and have it read the agent's system prompt, so the first answer finds
     the model's weights in memory and that prefix in its prompt cache (best effort, see ``Engine.warm_up``)."""
     from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-    from ragidx.agent.prompts import SYSTEM_PROMPT
     from ragidx.providers.chat import capped
 
     try:
         llm = capped(provider.get(endpoint), 1)
         llm.chat(
             [
-                ChatMessage(role=MessageRole.SYSTEM, content=SYSTEM_PROMPT),
+                ChatMessage(role=MessageRole.SYSTEM, content=system_prompt),
                 ChatMessage(role=MessageRole.USER, content="Hi"),
             ],
             max_tokens=1,
@@ -73,8 +74,11 @@ class DeleteReport:
         return {"deleted": len(self.deleted), "deleted_ids": self.deleted, "not_found": self.not_found}
 
 
-class Engine:
+class Engine(PromptMixin):
     """Ingest, retrieve and ask over a knowledge base.
+
+    The agent's prompts are LlamaIndex templates: ``get_prompts()`` lists them by name, ``update_prompts()``
+    replaces them (:mod:`ragidx.agent.prompts`), here or on the query and chat engines, which share them.
 
     Args:
         settings: configuration; ``Settings()`` (env vars, ``ragidx.toml``, offline defaults) if omitted.
@@ -106,6 +110,7 @@ class Engine:
         self._agent: Any | None = None
         self._memory: Any | None = None
         self._guards: Any | None = None
+        self._prompts: PromptDictType = {}  # replaced prompts, applied to the agent when it is built
         self._lock = threading.Lock()
 
     # --- parts, built on first use ----------------------------------------------------------------
@@ -322,7 +327,35 @@ class Engine:
                 self._agent = self._build_agent()
             return self._agent
 
+    # --- prompts (LlamaIndex's PromptMixin) -------------------------------------------------------------
+    def _get_prompts(self) -> PromptDictType:
+        """The agent's prompts by name; without building the agent (which may start the local model's server)
+        until it is needed."""
+        if self._agent is not None:
+            prompts: PromptDictType = self._agent.get_prompts()
+            return prompts
+        from llama_index.core.prompts import PromptTemplate
+
+        from ragidx.agent.prompts import CONDENSE_PROMPT, default_prompts
+
+        defaults = default_prompts()
+        if self.settings.llm.effective_follow_ups == "condense":
+            defaults["condense_prompt"] = PromptTemplate(CONDENSE_PROMPT)
+        return {**defaults, **self._prompts}
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        from ragidx.agent.prompts import checked
+
+        checked(prompts_dict, self._get_prompts())
+        self._prompts.update(prompts_dict)
+        if self._agent is not None:
+            self._agent.update_prompts(prompts_dict)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
     def _build_agent(self) -> Any:
+        from ragidx.agent.rewrite import CondenseRewriter, HeuristicRewriter
         from ragidx.agent.workflow import RagAgent
         from ragidx.budget import LLMSummaryCompressor, RetrievalCap
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
@@ -335,6 +368,14 @@ class Engine:
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = self._context_budget(tokens, compressor=compressor, cap=cap)
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
+        follow_ups = s.llm.effective_follow_ups
+        rewriter = (
+            CondenseRewriter(llm)
+            if follow_ups == "condense"
+            else HeuristicRewriter()
+            if follow_ups == "heuristic"
+            else None
+        )
         return RagAgent(
             llm,
             make_retrieve_context_tool(self.retriever, cap=cap),
@@ -355,6 +396,8 @@ class Engine:
             max_prompt_tokens=s.llm.max_prompt_tokens,
             answer_check=self.llm_provider.answer_check(s.llm),
             guards=self.guards,
+            rewriter=rewriter,
+            prompts=self._prompts,
         )
 
     @property
@@ -454,7 +497,10 @@ class Engine:
         """
         endpoint = self.settings.llm
         provider = self.llm_provider
-        server = threading.Thread(target=_prime_local_model, args=(provider, endpoint), name="ragidx-warm-up")
+        system_prompt = self._get_prompts()["system_prompt"].format()  # as the agent will send it
+        server = threading.Thread(
+            target=_prime_local_model, args=(provider, endpoint, system_prompt), name="ragidx-warm-up"
+        )
         if endpoint.is_local:
             server.start()
         try:

@@ -8,11 +8,16 @@ Two tool protocols, one code path (``tool_mode``):
 
 - ``auto``: the model sees ``retrieve_context`` with ``tool_choice="auto"`` and calls it as it likes
   (OpenAI, OpenRouter, vLLM with a tool parser).
-- ``forced``: for models that only follow a *forced named* tool call (the local Qwen2.5 through
-  llama-cpp-python's server: ``auto`` returns empty replies, ``required`` fails). On a short prompt the
-  model must call ``plan_searches`` (its JSON schema constrains the output to a list of queries, one per
-  part of the question); the question itself and those queries are searched in one round, then the
-  model answers. One long prompt per question, which is what a slow CPU model can afford.
+- ``forced``: for models that only follow a *forced named* tool call (llama-cpp-python's server, where
+  ``auto`` returns empty replies and ``required`` fails). On a short prompt the model must call
+  ``plan_searches`` (its JSON schema constrains the output to a list of queries, one per part of the
+  question); the question itself and those queries are searched in one round, then the model answers.
+  One long prompt per question, which is what a slow CPU model can afford.
+
+A follow-up question is searched as the turn's :class:`~ragidx.agent.rewrite.QueryRewriter` makes it stand
+alone; the prompts are templates in :mod:`ragidx.agent.prompts`, replaceable with ``update_prompts``; the
+budgeted model calls are :class:`~ragidx.agent.calls.TurnCalls`; a turn's state is a typed
+:class:`~ragidx.agent.turn.Turn`.
 
 ``inline_tool_results`` sends tool calls and results as plain assistant/user text, for chat
 templates that drop ``tool`` messages (llama-cpp-python's ``chatml-function-calling`` does). The
@@ -215,8 +220,8 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         session_id = ev.get("session_id")
         history = self.memory.get(session_id)
         if self.tool_mode == "forced":
-            # A small local model shown its earlier answers copied one into the next answer ("To protect cells
-            # … 1. Click where you want the table of contents"): it sees the conversation's questions only.
+            # Forced mode shows the conversation's questions only: earlier answers in the prompt get copied into
+            # the next answer by a model that follows its prompt closely, and the turn searches afresh anyway.
             seen, results = earlier_questions(history), {}
         else:
             kept = self.memory.results(session_id)
