@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from ragidx.agent.citations import resolve_citations  # noqa: E402
 from ragidx.agent.guards import ALL_NAMES, PROFILE_NAMES, GateInput, GuardChain  # noqa: E402
 from ragidx.agent.guards.gates import ANSWER_CHECK  # noqa: E402
-from ragidx.agent.workflow import prompt_title  # noqa: E402
+from ragidx.agent.rendering import prompt_title  # noqa: E402
 from ragidx.evaluation.answers import contains_answer  # noqa: E402
 
 

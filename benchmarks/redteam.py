@@ -50,7 +50,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ragidx.agent.workflow import ANSWER_PROMPT, SYSTEM_PROMPT  # noqa: E402
+from ragidx.agent.prompts import ANSWER_PROMPT, SYSTEM_PROMPT  # noqa: E402
 from ragidx.article import Article, SearchResult  # noqa: E402
 from ragidx.evaluation.answers import contains_answer, machine_line, spread  # noqa: E402
 from ragidx.safety.injection import FLAGS_KEY, url_words  # noqa: E402

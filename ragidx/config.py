@@ -190,6 +190,16 @@ class LLMEndpoint(BaseModel):
         default_factory=list, description="Guards of the profile not to run, by name (e.g. ['ungrounded_names'])."
     )
 
+    follow_ups: Literal["auto", "heuristic", "condense", "off"] = Field(
+        default="auto",
+        description="How a follow-up question is made a standalone search (ragidx.agent.rewrite): 'heuristic' "
+        "searches a question that leans on the one before it ('And how do I update it?') together with that "
+        "question, with no model call; 'condense' has the model rewrite it (one short call per follow-up, "
+        "prompt 'condense_prompt'); 'off' searches every question as asked. 'auto': 'heuristic' for the "
+        "local model in forced tool mode, 'off' for it in auto mode (the model writes its own queries), "
+        "'condense' for OpenAI-compatible endpoints.",
+    )
+
     @model_validator(mode="after")
     def _known_guards(self) -> LLMEndpoint:
         from ragidx.agent.guards.chain import profile_names
@@ -221,6 +231,15 @@ class LLMEndpoint(BaseModel):
         the guard profile has the ``answer_check`` gate (the local model's does)."""
         enabled = "answer_check" in self.guard_names if self.answer_check is None else self.answer_check
         return self.answer_check_margin if enabled else None
+
+    @property
+    def effective_follow_ups(self) -> Literal["heuristic", "condense", "off"]:
+        """``follow_ups`` with ``auto`` resolved by the model and its tool mode."""
+        if self.follow_ups != "auto":
+            return self.follow_ups
+        if not self.is_local:
+            return "condense"
+        return "heuristic" if self.effective_tool_mode == "forced" else "off"
 
     @property
     def effective_tool_mode(self) -> Literal["auto", "forced"]:

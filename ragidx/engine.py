@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
+
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, read_source
 from ragidx.article import Article
@@ -50,19 +52,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
+def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str) -> None:
     """Start the local model's server and have it read the agent's system prompt, so the first answer finds
     the model's weights in memory and that prefix in its prompt cache (best effort, see ``Engine.warm_up``)."""
     from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-    from ragidx.agent.workflow import SYSTEM_PROMPT
     from ragidx.providers.chat import capped
 
     try:
         llm = capped(provider.get(endpoint), 1)
         llm.chat(
             [
-                ChatMessage(role=MessageRole.SYSTEM, content=SYSTEM_PROMPT),
+                ChatMessage(role=MessageRole.SYSTEM, content=system_prompt),
                 ChatMessage(role=MessageRole.USER, content="Hi"),
             ],
             max_tokens=1,
@@ -83,8 +84,11 @@ class DeleteReport:
         return {"deleted": len(self.deleted), "deleted_ids": self.deleted, "not_found": self.not_found}
 
 
-class Engine:
+class Engine(PromptMixin):
     """Ingest, retrieve and ask over a knowledge base.
+
+    The agent's prompts are LlamaIndex templates: ``get_prompts()`` lists them by name, ``update_prompts()``
+    replaces them (:mod:`ragidx.agent.prompts`), here or on the query and chat engines, which share them.
 
     Args:
         settings: configuration; ``Settings()`` (env vars, ``ragidx.toml``, offline defaults) if omitted.
@@ -118,6 +122,7 @@ class Engine:
         self._session_readers: dict[str, Principal] = {}
         self._memory: Any | None = None
         self._guards: Any | None = None
+        self._prompts: PromptDictType = {}  # replaced prompts, applied to the agent when it is built
         self._lock = threading.Lock()
         self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
 
@@ -346,7 +351,36 @@ class Engine:
                 self._scoped_agents.pop(next(iter(self._scoped_agents)))
             return agent
 
+    # --- prompts (LlamaIndex's PromptMixin) -------------------------------------------------------------
+    def _get_prompts(self) -> PromptDictType:
+        """The agent's prompts by name; without building the agent (which may start the local model's server)
+        until it is needed."""
+        if self._agent is not None:
+            prompts: PromptDictType = self._agent.get_prompts()
+            return prompts
+        from llama_index.core.prompts import PromptTemplate
+
+        from ragidx.agent.prompts import CONDENSE_PROMPT, default_prompts
+
+        defaults = default_prompts()
+        if self.settings.llm.effective_follow_ups == "condense":
+            defaults["condense_prompt"] = PromptTemplate(CONDENSE_PROMPT)
+        return {**defaults, **self._prompts}
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        from ragidx.agent.prompts import checked
+
+        checked(prompts_dict, self._get_prompts())
+        self._prompts.update(prompts_dict)
+        for agent in [self._agent, *self._scoped_agents.values()]:
+            if agent is not None:
+                agent.update_prompts(prompts_dict)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
     def _build_agent(self, filters: Any = None, principal: Principal | None = None) -> Any:
+        from ragidx.agent.rewrite import CondenseRewriter, HeuristicRewriter
         from ragidx.agent.workflow import RagAgent
         from ragidx.budget import LLMSummaryCompressor, RetrievalCap
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
@@ -359,6 +393,14 @@ class Engine:
         compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
         budget = self._context_budget(tokens, compressor=compressor, cap=cap, memory_llm=llm)
         deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
+        follow_ups = s.llm.effective_follow_ups
+        rewriter = (
+            CondenseRewriter(llm)
+            if follow_ups == "condense"
+            else HeuristicRewriter()
+            if follow_ups == "heuristic"
+            else None
+        )
         return RagAgent(
             llm,
             make_retrieve_context_tool(self.retriever, cap=cap, filters=filters, principal=principal),
@@ -379,6 +421,8 @@ class Engine:
             max_prompt_tokens=s.llm.max_prompt_tokens,
             answer_check=self.llm_provider.answer_check(s.llm),
             guards=self.guards,
+            rewriter=rewriter,
+            prompts=self._prompts,
         )
 
     @property
@@ -386,7 +430,7 @@ class Engine:
         """The answer guard chain of the configured model's profile (``[llm] guards``; see ``ragidx.agent.guards``)."""
         if self._guards is None:
             from ragidx.agent.guards import GuardChain
-            from ragidx.agent.workflow import prompt_title
+            from ragidx.agent.rendering import prompt_title
 
             llm = self.settings.llm
             self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
@@ -401,7 +445,7 @@ class Engine:
     def memory(self) -> Any:
         """The conversations of ``session_id`` turns (``SessionMemory``), shared by the agent and chat engines."""
         if self._memory is None:
-            from ragidx.agent.workflow import SessionMemory
+            from ragidx.agent.memory import SessionMemory
 
             self._memory = SessionMemory()
         return self._memory
@@ -520,7 +564,10 @@ class Engine:
         """
         endpoint = self.settings.llm
         provider = self.llm_provider
-        server = threading.Thread(target=_prime_local_model, args=(provider, endpoint), name="ragidx-warm-up")
+        system_prompt = self._get_prompts()["system_prompt"].format()  # as the agent will send it
+        server = threading.Thread(
+            target=_prime_local_model, args=(provider, endpoint, system_prompt), name="ragidx-warm-up"
+        )
         if endpoint.is_local:
             server.start()
         try:
@@ -588,7 +635,7 @@ class Engine:
         ``filters``, ``user`` and ``groups`` as for :meth:`ask`.
         """
         from ragidx.agent.answer import Progress
-        from ragidx.agent.workflow import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
+        from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
         self._claim_session(session_id, Principal.of(user, groups))
         handler = self.agent(filters, user=user, groups=groups).run(question=question, session_id=session_id)
@@ -598,7 +645,7 @@ class Engine:
             elif progress and isinstance(event, SearchEvent):
                 yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
             elif progress and isinstance(event, BudgetReportEvent):
-                tokens = int(event.report.get("tokens_after", 0))
+                tokens = event.tokens
                 titles = tuple(event.titles)
                 yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
         yield await handler
@@ -790,9 +837,10 @@ SCOPED_AGENTS = 32
 """Agents kept for filtered or per-principal questions (each holds its scope's tool; the model is shared)."""
 
 
-class ScopedAsker:
+class ScopedAsker(PromptMixin):
     """``Engine.ask`` and its streaming forms, bound to one scope: what the LlamaIndex query and chat engines
-    hold, so every question they pass on runs with these filters as this principal.
+    hold, so every question they pass on runs with these filters as this principal. Its prompts are the
+    engine's (shared by every scope).
 
     Example:
         >>> asker = ScopedAsker(engine, None, Principal(user="ann"))  # doctest: +SKIP
@@ -814,6 +862,16 @@ class ScopedAsker:
 
     def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
         return self.engine.astream_ask(question, session_id=session_id, **self.scope)
+
+    def _get_prompts(self) -> PromptDictType:
+        prompts: PromptDictType = self.engine.get_prompts()
+        return prompts
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        self.engine.update_prompts(prompts_dict)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
 
     def __getattr__(self, name: str) -> Any:  # settings, memory ... of the engine
         return getattr(self.engine, name)

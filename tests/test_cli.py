@@ -223,7 +223,7 @@ class _StreamingEngine:
 
     def stream_filter(self) -> Any:
         from ragidx.agent.guards import GuardChain
-        from ragidx.agent.workflow import prompt_title
+        from ragidx.agent.rendering import prompt_title
 
         return GuardChain.from_profile("small-model", title=prompt_title).stream_filter()  # the local model's
 

@@ -8,7 +8,8 @@ return a ``StreamingAgentChatResponse`` whose ``response_gen`` / ``async_respons
 model's text as it comes; its ``source_nodes`` and ``sources`` are filled when the stream ends.
 
 ``chat_history`` passed to ``chat`` replaces the conversation so far (LlamaIndex's convention); ``reset()``
-starts a new one.
+starts a new one. ``get_prompts()`` / ``update_prompts()`` read and replace the engine's prompts
+(:mod:`ragidx.agent.prompts`), as on LlamaIndex's own chat engines.
 
 Example:
     >>> chat = engine.as_chat_engine()                                  # doctest: +SKIP
@@ -24,6 +25,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.chat_engine.types import AgentChatResponse, BaseChatEngine, StreamingAgentChatResponse
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.tools import ToolOutput
 
 from ragidx.agent.answer import Answer
@@ -32,7 +34,7 @@ from ragidx.agent.query_engine import Asker, answer_metadata, answer_source_node
 __all__ = ["RagChatEngine"]
 
 
-class RagChatEngine(BaseChatEngine):
+class RagChatEngine(BaseChatEngine, PromptMixin):
     """The ragidx agent behind LlamaIndex's chat-engine interface. See the module docstring.
 
     Args:
@@ -49,6 +51,19 @@ class RagChatEngine(BaseChatEngine):
         self._engine = engine
         self._memory = memory
         self.session_id = session_id or f"chat-{uuid.uuid4().hex[:12]}"
+
+    def _get_prompts(self) -> PromptDictType:
+        """The engine's prompts (the agent's; shared with every query and chat engine of the engine)."""
+        return self._engine.get_prompts() if isinstance(self._engine, PromptMixin) else {}
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        if isinstance(self._engine, PromptMixin):
+            self._engine.update_prompts(prompts_dict)
+        elif prompts_dict:
+            raise ValueError(f"{type(self._engine).__name__} has no prompts to update")
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
 
     @property
     def chat_history(self) -> list[ChatMessage]:

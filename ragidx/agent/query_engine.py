@@ -10,7 +10,8 @@ model's text as it comes; ``source_nodes`` and ``metadata`` are filled when the 
 citations are only known then), and ``metadata["text"]`` holds the final, cleaned answer.
 
 Usable wherever LlamaIndex takes a query engine: ``QueryEngineTool``, ``RouterQueryEngine``,
-``SubQuestionQueryEngine``.
+``SubQuestionQueryEngine``. ``get_prompts()`` / ``update_prompts()`` read and replace the engine's prompts
+(:mod:`ragidx.agent.prompts`; shared by every query and chat engine of one ``Engine``).
 
 Example:
     >>> qe = engine.as_query_engine()                                  # doctest: +SKIP
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ragidx.agent.answer import Answer
@@ -101,6 +102,16 @@ class RagQueryEngine(BaseQueryEngine):
         self._engine = engine
         self.streaming = streaming
         self.session_id = session_id
+
+    def _get_prompts(self) -> PromptDictType:
+        """The engine's prompts (the agent's; shared with every query and chat engine of the engine)."""
+        return self._engine.get_prompts() if isinstance(self._engine, PromptMixin) else {}
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        if isinstance(self._engine, PromptMixin):
+            self._engine.update_prompts(prompts_dict)
+        elif prompts_dict:
+            raise ValueError(f"{type(self._engine).__name__} has no prompts to update")
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}

@@ -14,18 +14,9 @@ from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
 from ragidx.agent.guards.gates import check_log_odds
-from ragidx.agent.workflow import (
-    AnswerDeltaEvent,
-    LLMRequestError,
-    LLMUnavailableError,
-    RagAgent,
-    _answer_prompt,
-    answer_language,
-    fence,
-    follow_up_query,
-    prompt_title,
-    to_inline,
-)
+from ragidx.agent.rendering import _answer_prompt, answer_language, fence, prompt_title, to_inline
+from ragidx.agent.rewrite import follow_up_query
+from ragidx.agent.workflow import AnswerDeltaEvent, LLMRequestError, LLMUnavailableError, RagAgent
 from ragidx.article import Article, SearchResult
 from ragidx.budget import ContextBudget
 from ragidx.providers.speed import AnswerDeadline, ModelSpeed
@@ -203,7 +194,7 @@ def test_one_language_in_the_questions_script_needs_no_language_model(monkeypatc
     def no_model(*args: object, **kwargs: object) -> str:
         raise AssertionError("py3langid was asked")
 
-    monkeypatch.setattr("ragidx.agent.workflow.detect_language", no_model)
+    monkeypatch.setattr("ragidx.agent.rendering.detect_language", no_model)
     assert answer_language("Как вставить таблицу?", ["ru", "ru"]) == "Russian"
     assert answer_language("How do I insert a table?", ["ru"]) == ""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from ragidx.agent.guards.base import GuardInput, GuardResult
+from ragidx.agent.prompts import ANSWER_PROMPT, CHECK_PROMPT, PLAN_PROMPT, SYSTEM_PROMPT
 from ragidx.safety.injection import kinds_of
 from ragidx.safety.relay import RelayCheck
 from ragidx.sentences import split_units
@@ -27,9 +28,7 @@ _MARKERS = re.compile(r"\[\d+\]")
 
 def _prompts() -> tuple[str, ...]:
     """ragidx's own prompts: an answer quoting one of them leaks it."""
-    from ragidx.agent import workflow  # the agent imports the guards: read its prompts when a check runs
-
-    return (workflow.SYSTEM_PROMPT, workflow.ANSWER_PROMPT, workflow.CHECK_PROMPT, workflow.PLAN_PROMPT)
+    return (SYSTEM_PROMPT, ANSWER_PROMPT, CHECK_PROMPT, PLAN_PROMPT)
 
 
 class Relay:

@@ -11,7 +11,7 @@ from llama_index.core.tools import FunctionTool
 
 from ragidx.agent.answer import NOT_FOUND_TEXT, Answer
 from ragidx.agent.guards import GUARD_NAMES, PROFILES, GuardChain, profile_names
-from ragidx.agent.workflow import prompt_title
+from ragidx.agent.rendering import prompt_title
 from ragidx.config import LLMEndpoint
 from tests.agent.helpers import make_agent
 
