@@ -473,6 +473,7 @@ def ensure_e5_onnx(model_path: Path, cache_dir: str | Path | None = None, *, qua
         exporter=export_e5_onnx,
         key=e5_content_key(model_path, quantize=quantize),
         stem="e5",
+        label="q4" if quantize else "fp32",
     )
 
 

@@ -93,6 +93,7 @@ def ensure_onnx_model(
     exporter: Exporter | None = None,
     key: str | None = None,
     stem: str = "embed",
+    label: str | None = None,
 ) -> Path:
     """Return the cached ONNX file for ``model_dir``, exporting it first if missing or corrupt.
 
@@ -105,6 +106,7 @@ def ensure_onnx_model(
         key: The content key naming the cached file (default: :func:`model_content_key` of ``model_dir``);
             an exporter that reads something else than a BERT folder passes its own.
         stem: The cached file's name starts with it.
+        label: What the name says of the weights (default ``int8`` or ``fp32``, from ``quantize``).
 
     Raises:
         RuntimeError: The export failed, or produced a file that does not verify.
@@ -113,7 +115,7 @@ def ensure_onnx_model(
     cache = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
     cache.mkdir(parents=True, exist_ok=True)
     key = key or model_content_key(folder, quantize=quantize)
-    target = cache / f"{stem}-{key[:24]}-{'int8' if quantize else 'fp32'}.onnx"
+    target = cache / f"{stem}-{key[:24]}-{label or ('int8' if quantize else 'fp32')}.onnx"
     sidecar = target.with_name(target.name + ".sha256")
     if target.exists():
         expected = sidecar.read_text().strip() if sidecar.exists() else ""
