@@ -3,6 +3,12 @@
 Built from :class:`~ragidx.config.Settings` (or with its parts passed in, for tests and custom
 setups). Everything is created lazily: constructing an ``Engine`` loads no model and opens no store.
 
+One ``Engine`` serves many threads and event loops at once (the dashboard's users, ``ragidx serve``): each part is
+built once, under a lock; questions take turns at the model in a fair, bounded queue (``Settings.queue``; past its
+bounds :class:`~ragidx.providers.model_queue.EngineBusyError` says when to ask again); each question answered at
+the same time has its own agent (an agent's budget and retrieval cap hold one turn's state); and an ingest swaps the
+retrieval chain only when it is done, so questions asked meanwhile keep the chain they started with.
+
 Example:
     >>> from ragidx import Engine, Settings
     >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
@@ -13,11 +19,15 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +40,7 @@ from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embeddings import build_embed_model
 from ragidx.providers.llms import LLMProvider
+from ragidx.providers.model_queue import EngineBusyError, ModelQueue
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
 
@@ -38,6 +49,8 @@ if TYPE_CHECKING:
     from ragidx.providers.tokenizer import TokenCounter
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Engine", "EngineBusyError"]
 
 
 def _prime_local_model(provider: LLMProvider, endpoint: Any) -> None:
@@ -93,7 +106,12 @@ class Engine:
         self._flash_metrics: Any | None = None
         self._agent: Any | None = None
         self._memory: Any | None = None
-        self._lock = threading.Lock()
+        # Re-entrant: a part built under it builds the parts it needs (the agent, the retriever, the stores).
+        self._lock = threading.RLock()
+        self._idle_agents: list[Any] = []  # agents no question is using, of the current generation
+        self._generation = 0  # counts retrieval rebuilds: an agent of an older one is not handed out again
+        self._queue: ModelQueue | None = None
+        self._model_base: str | None = None  # the local model server's address the agents were built for
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
@@ -101,7 +119,9 @@ class Engine:
         """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
         :attr:`embed_model_name`)."""
         if self._embed_model is None:
-            self._embed_model = self._build_embed_model(self.embed_model_name)
+            with self._lock:
+                if self._embed_model is None:
+                    self._embed_model = self._build_embed_model(self.embed_model_name)
         return self._embed_model
 
     def _build_embed_model(self, name: str) -> Any:
@@ -187,35 +207,48 @@ class Engine:
     @property
     def chunk_store(self) -> Any:
         if self._chunk_store is None:
-            self._chunk_store = build_chunk_store(self.settings)
+            with self._lock:
+                if self._chunk_store is None:
+                    self._chunk_store = build_chunk_store(self.settings)
         return self._chunk_store
 
     @property
     def article_store(self) -> ArticleStore:
         if self._article_store is None:
-            self._article_store = build_article_store(self.settings)
+            with self._lock:
+                if self._article_store is None:
+                    self._article_store = build_article_store(self.settings)
         return self._article_store
 
     @property
     def llm_provider(self) -> LLMProvider:
         if self._llm_provider is None:
-            self._llm_provider = LLMProvider(
-                threads=self.settings.local_llm_threads, model_cache_dir=self.settings.model_cache_dir
-            )
+            with self._lock:
+                if self._llm_provider is None:
+                    self._llm_provider = LLMProvider(
+                        threads=self.settings.local_llm_threads, model_cache_dir=self.settings.model_cache_dir
+                    )
         return self._llm_provider
 
     @property
     def retriever(self) -> Any:
         """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
-        if self._retriever is None:
-            from ragidx.retrieval.factory import build_retriever
+        retriever = self._retriever
+        if retriever is None:
+            with self._lock:
+                if self._retriever is None:
+                    self._retriever = self._build_retriever()
+                retriever = self._retriever
+        return retriever
 
-            self._check_index_model()
-            flash = self._build_flash() if self.settings.flash.enabled else None
-            self._retriever = build_retriever(
-                self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
-            )
-        return self._retriever
+    def _build_retriever(self) -> Any:
+        from ragidx.retrieval.factory import build_retriever
+
+        self._check_index_model()
+        flash = self._build_flash() if self.settings.flash.enabled else None
+        return build_retriever(
+            self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
+        )
 
     @property
     def tuning(self) -> Any:
@@ -277,10 +310,13 @@ class Engine:
         return result
 
     def _rebuild_retrieval(self) -> None:
-        """Forget the chain (and the agent holding it): the next use reads the stored tuning again."""
+        """Forget the chain (and the agents holding it): the next use reads the stored tuning again. Questions
+        under way finish with the chain they started with."""
         with self._lock:
             self._retriever = None
             self._agent = None
+            self._idle_agents = []
+            self._generation += 1
 
     @property
     def flash_metrics(self) -> Any:
@@ -288,7 +324,9 @@ class Engine:
         if self._flash_metrics is None:
             from ragidx.retrieval.flash import FlashMetrics
 
-            self._flash_metrics = FlashMetrics()
+            with self._lock:
+                if self._flash_metrics is None:
+                    self._flash_metrics = FlashMetrics()
         return self._flash_metrics
 
     def _build_flash(self) -> Any:
@@ -303,11 +341,85 @@ class Engine:
         )
 
     def agent(self) -> Any:
-        """The agent workflow (built once; starts the local model server if the LLM is local)."""
+        """The agent workflow (built once; starts the local model server if the LLM is local). Questions asked
+        at the same time each get their own (:meth:`_borrow_agent`); this is the first of them."""
         with self._lock:
             if self._agent is None:
                 self._agent = self._build_agent()
+                self._idle_agents.append(self._agent)
             return self._agent
+
+    @property
+    def model_queue(self) -> ModelQueue:
+        """The queue questions wait in for the chat model (``Settings.queue``), made on first use."""
+        if self._queue is None:
+            with self._lock:
+                if self._queue is None:
+                    q = self.settings.queue
+                    self._queue = ModelQueue(
+                        slots=q.effective_slots(self.settings.llm), max_waiting=q.max_waiting, max_wait_s=q.max_wait_s
+                    )
+        return self._queue
+
+    def _borrow_agent(self) -> tuple[Any, int]:
+        """An agent no other question is using, and the generation it belongs to (see :meth:`_return_agent`).
+
+        A turn's state lives on its agent's parts (the budget's retrieval cap, the learned window shrink), so two
+        questions answered at once never share one."""
+        self.agent()  # the first one, and the local model server, exist
+        with self._lock:
+            generation = self._generation
+            if self._idle_agents:
+                return self._idle_agents.pop(), generation
+            return self._build_agent(), generation
+
+    def _return_agent(self, agent: Any, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation and len(self._idle_agents) < self.model_queue.slots:
+                self._idle_agents.append(agent)
+
+    def _check_model_server(self) -> None:
+        """Before a turn: start the local model's server again if it died (killed, out of memory). It restarts on
+        its old port where it can; if it moved, the agents built for the old one are dropped."""
+        endpoint = self.settings.llm
+        local_server = getattr(self._llm_provider, "local_server", None)
+        if not endpoint.is_local or local_server is None or self._agent is None:
+            return
+        server = local_server(endpoint)
+        if server.running:
+            return
+        logger.warning("the local model server is not running; starting it again")
+        base = server.start()
+        with self._lock:
+            if self._model_base is not None and base != self._model_base:
+                self._agent = None
+                self._idle_agents = []
+                self._generation += 1
+            self._model_base = base
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session_id: str | None, history: Sequence[Any] | None) -> AsyncIterator[_Place]:
+        """A place in the model queue, a model server that runs, an agent of one's own, and the session the
+        turn runs in (a throwaway one holding ``history`` when that is given)."""
+        if history is not None and session_id is not None:
+            raise ValueError("pass either session_id or history, not both")
+        t0 = time.perf_counter()
+        async with self.model_queue.aslot():
+            waited = time.perf_counter() - t0
+            await asyncio.to_thread(self._check_model_server)
+            agent, generation = await asyncio.to_thread(self._borrow_agent)
+            if self._model_base is None and self.settings.llm.is_local:
+                self._model_base = _local_base(self._llm_provider, self.settings.llm)
+            session = session_id
+            if history is not None:
+                session = f"~history-{uuid.uuid4().hex}"
+                self.memory.set(session, list(history))
+            try:
+                yield _Place(agent, session, waited)
+            finally:
+                if history is not None and session is not None:
+                    self.memory.clear(session)
+                self._return_agent(agent, generation)
 
     def _build_agent(self) -> Any:
         from ragidx.agent.workflow import RagAgent
@@ -349,7 +461,9 @@ class Engine:
         if self._memory is None:
             from ragidx.agent.workflow import SessionMemory
 
-            self._memory = SessionMemory()
+            with self._lock:
+                if self._memory is None:
+                    self._memory = SessionMemory()
         return self._memory
 
     def ingestor(self) -> Ingestor:
@@ -424,46 +538,76 @@ class Engine:
             if server.is_alive():
                 server.join()
 
-    def ask(self, question: str, session_id: str | None = None) -> Any:
+    def ask(self, question: str, session_id: str | None = None, *, history: Sequence[Any] | None = None) -> Any:
         """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
-        """
-        return asyncio_run(self.aask(question, session_id=session_id))
+        ``history`` (LlamaIndex ``ChatMessage`` s, user and assistant turns) is the conversation before this
+        question, given whole instead (what an OpenAI client sends); it is not kept.
 
-    async def aask(self, question: str, session_id: str | None = None) -> Any:
-        return await self.agent().run(question=question, session_id=session_id)
+        Safe from many threads at once; the question waits its turn at the model
+        (:attr:`model_queue`) and raises :class:`EngineBusyError` when the queue is full or the wait too long.
+        """
+        return asyncio_run(self.aask(question, session_id=session_id, history=history))
+
+    async def aask(self, question: str, session_id: str | None = None, *, history: Sequence[Any] | None = None) -> Any:
+        async with self._turn(session_id, history) as place:
+            answer = await place.agent.run(question=question, session_id=place.session)
+        return place.finish(answer, history is not None)
 
     async def astream_ask(
-        self, question: str, session_id: str | None = None, *, progress: bool = False
-    ) -> AsyncIterator[Any]:
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        progress: bool = False,
+        history: Sequence[Any] | None = None,
+    ) -> AsyncGenerator[Any, None]:
         """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``.
 
         With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
-        search with the articles it found, each prompt with its size, before the model reads it.
+        search with the articles it found, each prompt with its size, before the model reads it. A consumer that
+        stops reading (a client gone) stops the turn: the model stops writing and the queue's place is freed.
         """
         from ragidx.agent.answer import Progress
         from ragidx.agent.workflow import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
-        handler = self.agent().run(question=question, session_id=session_id)
-        async for event in handler.stream_events():
-            if isinstance(event, AnswerDeltaEvent):
-                yield event.delta
-            elif progress and isinstance(event, SearchEvent):
-                yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
-            elif progress and isinstance(event, BudgetReportEvent):
-                tokens = int(event.report.get("tokens_after", 0))
-                titles = tuple(event.titles)
-                yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
-        yield await handler
+        async with self._turn(session_id, history) as place:
+            handler = place.agent.run(question=question, session_id=place.session)
+            try:
+                async for event in handler.stream_events():
+                    if isinstance(event, AnswerDeltaEvent):
+                        yield event.delta
+                    elif progress and isinstance(event, SearchEvent):
+                        yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
+                    elif progress and isinstance(event, BudgetReportEvent):
+                        tokens = int(event.report.get("tokens_after", 0))
+                        titles = tuple(event.titles)
+                        yield Progress(
+                            "prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s
+                        )
+                answer = await handler
+            finally:
+                if not handler.done():
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(handler.cancel_run())
+        yield place.finish(answer, history is not None)
 
-    def stream_ask(self, question: str, session_id: str | None = None, *, progress: bool = False) -> Iterator[Any]:
+    def stream_ask(
+        self,
+        question: str,
+        session_id: str | None = None,
+        *,
+        progress: bool = False,
+        history: Sequence[Any] | None = None,
+    ) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         async def pump() -> None:
             try:
-                async for item in self.astream_ask(question, session_id=session_id, progress=progress):
+                stream = self.astream_ask(question, session_id=session_id, progress=progress, history=history)
+                async for item in stream:
                     items.put(("item", item))
             except BaseException as exc:
                 items.put(("error", exc))
@@ -568,6 +712,31 @@ class Engine:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+@dataclass
+class _Place:
+    """A question's turn at the model: its agent, the session it runs in, and how long it waited in the queue."""
+
+    agent: Any
+    session: str | None
+    waited_s: float
+
+    def finish(self, answer: Any, throwaway_session: bool) -> Any:
+        """The answer with its queue wait in ``timings["queue_wait"]`` (not in ``total``: the turn's own time)."""
+        answer.timings["queue_wait"] = round(self.waited_s, 4)
+        if throwaway_session:
+            answer.session_id = None
+        return answer
+
+
+def _local_base(provider: Any, endpoint: Any) -> str | None:
+    """The local model server's address, when the provider runs one that is started."""
+    local_server = getattr(provider, "local_server", None)
+    if local_server is None:
+        return None
+    server = local_server(endpoint)
+    return server.api_base if server.running else None
 
 
 def _count_items(path: Path) -> int | None:
