@@ -144,3 +144,54 @@ def test_an_ingest_beside_the_questions_counts_exactly_and_the_answers_keep_comi
     stored = shared.article_store.get(sorted(cited))
     assert set(stored) == cited and all(article.content for article in stored.values())  # no half-written article
     shared.close()
+
+
+# --- the real local model (slow) ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def local_engine(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Iterator[Engine]:
+    """The Writer articles with hash embeddings and the real packaged 0.5B model, greedy."""
+    from ragidx.config import LLMEndpoint
+    from tests.fakes.hash_embedding import HashEmbedding
+
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("local"),
+        llm=LLMEndpoint(model="qwen2.5-0.5b", context_window=4096, max_output_tokens=256, temperature=0.0),
+    )
+    with Engine(settings, embed_model=HashEmbedding(dim=256, reads=frozenset({"en"}))) as eng:
+        assert eng.ingest(writer_kb_file).new == 26
+        yield eng
+
+
+@pytest.mark.slow
+def test_four_questions_at_once_to_the_local_model_get_their_answers_alone(local_engine: Engine) -> None:
+    """The issue's case: asked from four threads at once, three answers came back empty ("not found") because
+    the model server cut each streamed reply off when the next request came."""
+    asked = QUESTIONS[:4]
+    alone = {q: local_engine.ask(q) for q in asked}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = dict(zip(asked, pool.map(local_engine.ask, asked), strict=True))
+    for q in asked:
+        assert together[q].text == alone[q].text and together[q].not_found == alone[q].not_found
+        assert not together[q].tool_errors
+    waits = sorted(a.timings["queue_wait"] for a in together.values())
+    assert waits[-1] > waits[0]  # they took turns
+
+
+@pytest.mark.slow
+def test_a_model_server_killed_mid_answer_fails_that_question_and_the_next_is_answered(local_engine: Engine) -> None:
+    from ragidx.providers.chat import LLMUnavailableError
+
+    question = QUESTIONS[0]
+    server = local_engine.llm_provider.local_server(local_engine.settings.llm)
+    local_engine.ask(question)  # running, its agent built
+    pieces = 0
+    with pytest.raises(LLMUnavailableError, match="failed"):
+        for item in local_engine.stream_ask(question):
+            if isinstance(item, str):
+                pieces += 1
+                if pieces == 2:
+                    assert server._proc is not None
+                    server._proc.kill()
+    assert not server.running and local_engine.model_queue.stats().busy == 0
+    answer = local_engine.ask(question)  # the engine starts the server again
+    assert server.running and answer.text.strip() and not answer.tool_errors

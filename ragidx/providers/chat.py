@@ -27,6 +27,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
+import httpx
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -106,7 +107,8 @@ def error_kind(exc: BaseException) -> Literal["retry", "fatal", "bug"]:
             return "retry"
         if isinstance(exc, openai.APIStatusError):
             return "retry" if exc.status_code >= 500 or exc.status_code == 429 else "fatal"
-    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError, httpx.TransportError)):
+        # httpx's own errors reach here unwrapped from a stream's body (a server killed mid-reply)
         return "retry"
     return "bug"
 

@@ -123,3 +123,13 @@ def test_a_reply_stream_cut_off_before_its_finish_reason_is_an_error_not_an_answ
     whole.chunks = [("Use ", None), ("Table [1].", None), ("", "stop")]
     pieces: list[str] = []
     assert asyncio.run(ChatCaller(whole).astream([], pieces.append)) == "Use Table [1]." == "".join(pieces)
+
+
+def test_a_stream_broken_off_by_a_dead_server_is_retried_then_reported() -> None:
+    """A model server killed mid-reply surfaces as httpx's own RemoteProtocolError from the stream's body (the
+    openai client does not wrap it): endpoint trouble, not a bug passed through."""
+    broken = httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+    llm = ScriptedLLM([broken, broken])
+    with pytest.raises(LLMUnavailableError, match="failed 2 times"):
+        asyncio.run(ChatCaller(llm, retries=1, backoff_s=0.0).astream([], lambda piece: None))
+    assert len(llm.calls) == 2

@@ -243,3 +243,29 @@ def test_a_client_that_goes_away_mid_stream_stops_the_model_and_frees_its_place(
         assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
         assert slow.written == written + 3
     quick.close()
+
+
+def test_questions_to_the_server_at_once_take_turns_at_the_model(engine: Engine) -> None:
+    slow = SlowWriter(words=10, pause_s=0.1)
+
+    class SlowProvider(ScriptedProvider):
+        def get(self, endpoint: object) -> SlowWriter:  # type: ignore[override]
+            return slow
+
+    turns = Engine(engine.settings, embed_model=engine.embed_model, llm_provider=SlowProvider())  # type: ignore[arg-type]
+    with running(create_app(turns)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0)
+        client.chat.completions.create(model="ragidx", messages=[{"role": "user", "content": QUESTION}])  # warm
+
+        def ask(_: int) -> dict[str, float]:
+            done = client.chat.completions.create(model="ragidx", messages=[{"role": "user", "content": QUESTION}])
+            return (done.model_extra or {})["ragidx"]["timings"]
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            timings = sorted(pool.map(ask, range(3)), key=lambda t: t["queue_wait"])
+    waits = [t["queue_wait"] for t in timings]
+    assert all(t["total"] >= 0.9 for t in timings)  # each wrote its ten words at 0.1 s each
+    assert waits[0] < 0.5 and waits[1] >= 0.8 and waits[2] >= waits[1] + 0.8  # one after the other
+    turns.close()
