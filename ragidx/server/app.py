@@ -22,17 +22,19 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragidx.engine import Engine
 from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
@@ -51,6 +53,7 @@ from ragidx.server.openai_format import (
 __all__ = ["create_app", "is_loopback"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class _TooLarge(Exception):
@@ -142,30 +145,26 @@ def create_app(engine: Engine) -> FastAPI:
         logger.exception("answering failed", exc_info=exc)
         return error(500, f"answering failed: {type(exc).__name__}: {exc}", kind="server_error", code="internal_error")
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Loopback only without keys; a key with them; bodies within the size limit; every request counted."""
-        route = request.url.path
+    def refusal(request: Request) -> Response | None:
+        """Loopback only without keys; a key with them; a declared body within the size limit."""
         client = request.client.host if request.client else None
         if not keys and not is_loopback(client):
-            response: Response = error(
-                403, "this server has no API keys and answers only loopback clients", kind="permission_error"
-            )
-        elif keys and route != "/health" and not _authorized(request.headers.get("authorization"), keys):
+            return error(403, "this server has no API keys and answers only loopback clients", kind="permission_error")
+        if keys and request.url.path != "/health" and not _authorized(request.headers.get("authorization"), keys):
             metrics.errors.labels("auth").inc()
-            response = error(
+            return error(
                 401,
                 "missing or wrong API key: send 'Authorization: Bearer KEY' with a key from serve.api_keys",
                 kind="invalid_request_error",
                 code="invalid_api_key",
             )
-        elif _declared_size(request) > settings.max_request_bytes:
+        if _declared_size(request) > settings.max_request_bytes:
             metrics.errors.labels("too_large").inc()
-            response = _too_large(settings.max_request_bytes)
-        else:
-            response = await call_next(request)
-        metrics.requests.labels(route if route in _ROUTES else "other", str(response.status_code)).inc()
-        return response
+            return _too_large(settings.max_request_bytes)
+        return None
+
+    # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
+    app.add_middleware(_Guard, refusal=refusal, counter=metrics.requests)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -249,14 +248,21 @@ def create_app(engine: Engine) -> FastAPI:
             return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
         if not data.get("stream"):
             try:
-                answer = await engine.aask(question, history=history)
+                answer = await _unless_gone(request, engine.aask(question, history=history))
+            except _ClientGone:
+                return Response(status_code=499)
             except Exception as exc:
                 return engine_error(exc)
             metrics.answered(answer)
             return chat_completion(answer, model=model_id)
         stream = engine.astream_ask(question, history=history)
         try:
-            first = await anext(stream)  # a busy queue or a dead model is an HTTP error, not a broken stream
+            # a busy queue or a dead model is an HTTP error, not a broken stream; a client that hangs up while its
+            # question waits for the model leaves the queue
+            first = await _unless_gone(request, anext(stream))
+        except _ClientGone:
+            await stream.aclose()
+            return Response(status_code=499)
         except Exception as exc:
             await stream.aclose()
             return engine_error(exc)
@@ -270,6 +276,59 @@ def create_app(engine: Engine) -> FastAPI:
 
 
 _ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/chat/completions"})
+
+
+class _Guard:
+    """ASGI middleware: answers a request ``refusal`` refuses, passes the others on; counts every response."""
+
+    def __init__(self, app: ASGIApp, *, refusal: Callable[[Request], Response | None], counter: Counter) -> None:
+        self.app = app
+        self.refusal = refusal
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = path if path in _ROUTES else "other"
+        refused = self.refusal(Request(scope))
+        if refused is not None:
+            self.counter.labels(route, str(refused.status_code)).inc()
+            await refused(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.counter.labels(route, str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _unless_gone(request: Request, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, unless the client hangs up first: then it is cancelled (the question leaves the
+    model queue, or the model stops writing) and :class:`_ClientGone` is raised."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise _ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+_DISCONNECT_POLL_S = 0.5
 
 
 def _authorized(header: str | None, keys: list[str]) -> bool:

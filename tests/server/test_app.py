@@ -269,3 +269,20 @@ def test_questions_to_the_server_at_once_take_turns_at_the_model(engine: Engine)
     assert all(t["total"] >= 0.9 for t in timings)  # each wrote its ten words at 0.1 s each
     assert waits[0] < 0.5 and waits[1] >= 0.8 and waits[2] >= waits[1] + 0.8  # one after the other
     turns.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_while_waiting_leaves_the_queue(engine: Engine, stream: bool) -> None:
+    waiting = sibling(engine)
+    with running(create_app(waiting)) as url:
+        body = {"messages": [{"role": "user", "content": QUESTION}], "stream": stream}
+        with waiting.model_queue.slot():  # another question holds the model
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{url}/v1/chat/completions", json=body, timeout=1.5)  # gives up and hangs up
+            deadline = time.monotonic() + 10
+            while waiting.model_queue.stats().waiting and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert waiting.model_queue.stats().waiting == 0  # its place in the line is given up
+        assert waiting.model_queue.stats().busy == 0
+        assert httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False}, timeout=30).status_code == 200
+    waiting.close()
