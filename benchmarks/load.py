@@ -98,7 +98,12 @@ def ask_server(client: Any, question: str) -> dict[str, Any]:
 
 
 def run(
-    ask: Any, questions: list[str], clients: int, per_client: int, alone: dict[str, str], max_seconds: float
+    ask: Any,
+    questions: list[str],
+    clients: int,
+    per_client: int,
+    alone: dict[str, tuple[str, str | None]],
+    max_seconds: float,
 ) -> dict[str, Any]:
     """``clients`` threads each asking ``per_client`` questions in turn; the figures of the run."""
     t0 = time.perf_counter()
@@ -132,7 +137,7 @@ def run(
         brief["timings"] = {k: r.get("timings", {}).get(k) for k in ("queue_wait", "total", "llm")}
         print(json.dumps(brief), file=sys.stderr, flush=True)
     answered = [r for r in rows if "text" in r]
-    same = [r for r in answered if r["text"] == alone.get(r["question"])]
+    same = [r for r in answered if (r["text"], r["reason"]) == alone.get(r["question"])]
     return {
         "clients": clients,
         "asked": sum(1 for r in rows if not r.get("skipped")),
@@ -141,7 +146,7 @@ def run(
         "not_found": sum(1 for r in answered if r["not_found"]),
         "errors": dict(Counter(r["error"] for r in rows if "error" in r)),
         "error_examples": sorted({r["message"] for r in rows if "error" in r})[:3],
-        "same_as_alone": len(same),
+        "same_as_alone": len(same),  # the same text, and for a declined one the same reason (with its log-odds)
         "differ": sorted({r["question"][:60] for r in answered if r not in same}),
         "wait_p50_s": pct([float(r["timings"].get("queue_wait", 0.0)) for r in answered], 0.5),
         "wait_p95_s": pct([float(r["timings"].get("queue_wait", 0.0)) for r in answered], 0.95),
@@ -196,12 +201,17 @@ def main() -> int:
     p.add_argument("--max-wait-s", type=float, default=1200.0, help="Settings.queue.max_wait_s")
     p.add_argument("--ingest", help="a second KB ingested beside the largest server run")
     p.add_argument("--kill", action="store_true", help="end with the fault check: the model server killed mid-answer")
+    p.add_argument(
+        "--no-answer-check",
+        action="store_true",
+        help="the model answers without the answer check first (more written answers to compare)",
+    )
     args = p.parse_args()
 
     load_before = os.getloadavg()
     settings = Settings(
         data_dir=Path(args.data_dir),
-        llm=LLMEndpoint(model=args.model, temperature=0.0),
+        llm=LLMEndpoint(model=args.model, temperature=0.0, answer_check=False if args.no_answer_check else None),
         queue=QueueSettings(max_waiting=args.max_waiting, max_wait_s=args.max_wait_s),
     )
     counts = [int(c) for c in args.clients.split(",")]
@@ -215,6 +225,7 @@ def main() -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "load_before": [round(x, 2) for x in load_before],
         "questions": len(questions),
+        "answer_check": not args.no_answer_check,
         "per_client": args.per_client,
     }
     with Engine(settings) as engine:
@@ -225,7 +236,7 @@ def main() -> int:
         engine.warm_up()
         out["warm_up_s"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
-        alone = {q: ask_api(engine, q)["text"] for q in questions}
+        alone = {q: (a["text"], a["reason"]) for q in questions for a in [ask_api(engine, q)]}
         out["alone_s_per_question"] = round((time.perf_counter() - t0) / len(questions), 2)
         runs = []
         for via in ways:
