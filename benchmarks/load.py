@@ -160,17 +160,16 @@ def run(
 
 
 def kill_mid_answer(engine: Engine, question: str) -> dict[str, Any]:
-    """Kill the local model server once the streamed answer has begun; then ask again."""
+    """Kill the local model server as the model is about to read the answer's prompt; then ask again."""
+    from ragidx.agent.answer import Progress
+
     server = engine.llm_provider.local_server(engine.settings.llm)
-    pieces = 0
     outcome: dict[str, Any] = {}
     t0 = time.perf_counter()
     try:
-        for item in engine.stream_ask(question):
-            if isinstance(item, str):
-                pieces += 1
-                if pieces == 3 and server._proc is not None:
-                    server._proc.kill()
+        for item in engine.stream_ask(question, progress=True):
+            if isinstance(item, Progress) and item.stage == "prompt" and server._proc is not None:
+                server._proc.kill()  # as the model is about to read the answer's prompt
         outcome["killed_question"] = "answered (the kill came too late)"
     except Exception as exc:
         outcome["killed_question"] = f"{type(exc).__name__}: {str(exc)[:160]}"

@@ -179,19 +179,17 @@ def test_four_questions_at_once_to_the_local_model_get_their_answers_alone(local
 
 @pytest.mark.slow
 def test_a_model_server_killed_mid_answer_fails_that_question_and_the_next_is_answered(local_engine: Engine) -> None:
+    from ragidx.agent.answer import Progress
     from ragidx.providers.chat import LLMUnavailableError
 
     question = QUESTIONS[0]
     server = local_engine.llm_provider.local_server(local_engine.settings.llm)
     local_engine.ask(question)  # running, its agent built
-    pieces = 0
     with pytest.raises(LLMUnavailableError, match="failed"):
-        for item in local_engine.stream_ask(question):
-            if isinstance(item, str):
-                pieces += 1
-                if pieces == 2:
-                    assert server._proc is not None
-                    server._proc.kill()
+        for item in local_engine.stream_ask(question, progress=True):
+            if isinstance(item, Progress) and item.stage == "prompt":  # the model is about to read its prompt
+                assert server._proc is not None
+                server._proc.kill()
     assert not server.running and local_engine.model_queue.stats().busy == 0
     answer = local_engine.ask(question)  # the engine starts the server again
     assert server.running and answer.text.strip() and not answer.tool_errors
