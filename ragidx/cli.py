@@ -11,6 +11,7 @@
     ragidx eval compression --hotpotqa FILE [--limit N]
     ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
     ragidx runtime [status | native [--sdist FILE] [--force] | portable]
+    ragidx serve [--host H] [--port N]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
 ``--data-dir`` overrides where the stores live.
@@ -374,6 +375,17 @@ def cmd_runtime(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ragidx.server import serve
+
+    settings = _settings(args)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if overrides:
+        settings = settings.model_copy(update={"serve": settings.serve.model_copy(update=overrides)})
+    serve(settings, log_level="info" if args.verbose else "warning")
+    return 0
+
+
 FLASH_HELP = "an LLM picks the best articles from the chain's candidates (RAGIDX_FLASH__* settings)"
 
 
@@ -466,6 +478,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sdist", help="llama-cpp-python source archive of the installed release (default: pip download)")
     p.add_argument("--force", action="store_true", help="install the native build even if it is not faster")
     p.set_defaults(func=cmd_runtime)
+
+    p = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible HTTP server (POST /v1/chat/completions with citations, /v1/search, /metrics); "
+        "API keys from serve.api_keys, without them loopback only",
+    )
+    p.add_argument("--host", help="address to listen on (default: serve.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")
+    p.add_argument("--flash", action="store_true", help=FLASH_HELP)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -355,6 +355,66 @@ class FlashSettings(BaseModel):
         return "json_object" if self.endpoint(main).is_local else "none"
 
 
+class QueueSettings(BaseModel):
+    """How questions take turns at the chat model (:class:`~ragidx.providers.model_queue.ModelQueue`).
+
+    Example:
+        >>> QueueSettings().max_waiting
+        16
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="Questions answered at once. None: 1 for the local model (on a few CPU cores one at a time is "
+        "as fast and keeps each answer's prompt cache), 4 for a remote endpoint.",
+    )
+    max_waiting: int = Field(
+        default=16,
+        ge=0,
+        description="Questions that may wait for the model; one more is refused at once with 'busy, retry in N s' "
+        "(HTTP 429 from `ragidx serve`).",
+    )
+    max_wait_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="The longest a question waits for the model. A question whose expected wait (the questions "
+        "ahead times the measured time per question) is longer is refused at once; one that waited this long is "
+        "refused then.",
+    )
+
+    def effective_slots(self, endpoint: LLMEndpoint) -> int:
+        return self.slots if self.slots is not None else (1 if endpoint.is_local else 4)
+
+
+class ServerSettings(BaseModel):
+    """``ragidx serve``: the OpenAI-compatible HTTP server.
+
+    Example:
+        >>> ServerSettings().host
+        '127.0.0.1'
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on. Without api_keys only loopback.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port to listen on (0: any free port).")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="Keys clients send as 'Authorization: Bearer KEY'. Empty: no key is asked, and the server "
+        'binds and answers only loopback (127.0.0.1, ::1). RAGIDX_SERVE__API_KEYS=\'["k1", "k2"]\'.',
+    )
+    model_name: str = Field(default="ragidx", description="The model id clients name (GET /v1/models).")
+    max_request_bytes: int = Field(
+        default=1_000_000, ge=1024, description="Largest request body accepted; larger ones get HTTP 413."
+    )
+    max_question_chars: int = Field(
+        default=8_000, ge=16, description="Longest last user message accepted (HTTP 400 past it)."
+    )
+
+
 class Settings(BaseSettings):
     """Everything configurable in ragidx.
 
@@ -538,6 +598,11 @@ class Settings(BaseSettings):
         "'extractive' (the most recent lines of each message, no LLM call) or 'llm' (the answering model writes "
         "the summary, keeping facts, names, numbers and sources; one more call, extractive if it fails).",
     )
+
+    queue: QueueSettings = Field(
+        default_factory=QueueSettings, description="How questions take turns at the chat model."
+    )
+    serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
 
     @classmethod
     def settings_customise_sources(

@@ -3,6 +3,12 @@
 Built from :class:`~ragidx.config.Settings` (or with its parts passed in, for tests and custom
 setups). Everything is created lazily: constructing an ``Engine`` loads no model and opens no store.
 
+One ``Engine`` serves many threads and event loops at once (the dashboard's users, ``ragidx serve``): each part is
+built once, under a lock; questions take turns at the model in a fair, bounded queue (``Settings.queue``; past its
+bounds :class:`~ragidx.providers.model_queue.EngineBusyError` says when to ask again); each question answered at
+the same time has its own agent (an agent's budget and retrieval cap hold one turn's state); and an ingest swaps the
+retrieval chain only when it is done, so questions asked meanwhile keep the chain they started with.
+
 Example:
     >>> from ragidx import Engine, Settings
     >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
@@ -21,11 +27,14 @@ default the public, who reads only articles that carry no principals). Both go i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +48,7 @@ from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
+from ragidx.providers.model_queue import EngineBusyError, ModelQueue
 from ragidx.stores.access import Principal
 from ragidx.stores.article_store import INDEXED, ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
@@ -50,6 +60,8 @@ if TYPE_CHECKING:
     from ragidx.providers.tokenizer import TokenCounter
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Engine", "EngineBusyError"]
 
 
 def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str) -> None:
@@ -123,8 +135,15 @@ class Engine(PromptMixin):
         self._memory: Any | None = None
         self._guards: Any | None = None
         self._prompts: PromptDictType = {}  # replaced prompts, applied to the agent when it is built
-        self._lock = threading.Lock()
+        # Re-entrant: a part built under it builds the parts it needs (the agent, the retriever, the stores).
+        self._lock = threading.RLock()
         self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
+        # Agents no question is using, by scope (filters and principal; "" for unscoped public questions), of the
+        # current generation: a turn's state lives on its agent's parts, so two questions never share one.
+        self._idle_agents: dict[str, list[Any]] = {}
+        self._generation = 0  # counts retrieval rebuilds: an agent of an older one is not handed out again
+        self._queue: ModelQueue | None = None
+        self._model_base: str | None = None  # the local model server's address the agents were built for
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
@@ -132,7 +151,9 @@ class Engine(PromptMixin):
         """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
         :attr:`embed_model_name`)."""
         if self._embed_model is None:
-            self._embed_model = self._build_embed_model(self.embed_model_name)
+            with self._lock:
+                if self._embed_model is None:
+                    self._embed_model = self._build_embed_model(self.embed_model_name)
         return self._embed_model
 
     def _build_embed_model(self, name: str) -> Any:
@@ -232,35 +253,48 @@ class Engine(PromptMixin):
     @property
     def chunk_store(self) -> Any:
         if self._chunk_store is None:
-            self._chunk_store = build_chunk_store(self.settings)
+            with self._lock:
+                if self._chunk_store is None:
+                    self._chunk_store = build_chunk_store(self.settings)
         return self._chunk_store
 
     @property
     def article_store(self) -> ArticleStore:
         if self._article_store is None:
-            self._article_store = build_article_store(self.settings)
+            with self._lock:
+                if self._article_store is None:
+                    self._article_store = build_article_store(self.settings)
         return self._article_store
 
     @property
     def llm_provider(self) -> LLMProvider:
         if self._llm_provider is None:
-            self._llm_provider = LLMProvider(
-                threads=self.settings.local_llm_threads, model_cache_dir=self.settings.model_cache_dir
-            )
+            with self._lock:
+                if self._llm_provider is None:
+                    self._llm_provider = LLMProvider(
+                        threads=self.settings.local_llm_threads, model_cache_dir=self.settings.model_cache_dir
+                    )
         return self._llm_provider
 
     @property
     def retriever(self) -> Any:
         """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
-        if self._retriever is None:
-            from ragidx.retrieval.factory import build_retriever
+        retriever = self._retriever
+        if retriever is None:
+            with self._lock:
+                if self._retriever is None:
+                    self._retriever = self._build_retriever()
+                retriever = self._retriever
+        return retriever
 
-            self._check_index_model()
-            flash = self._build_flash() if self.settings.flash.enabled else None
-            self._retriever = build_retriever(
-                self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
-            )
-        return self._retriever
+    def _build_retriever(self) -> Any:
+        from ragidx.retrieval.factory import build_retriever
+
+        self._check_index_model()
+        flash = self._build_flash() if self.settings.flash.enabled else None
+        return build_retriever(
+            self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
+        )
 
     @property
     def tuning(self) -> Any:
@@ -322,11 +356,13 @@ class Engine(PromptMixin):
         return result
 
     def _rebuild_retrieval(self) -> None:
-        """Forget the chain (and the agent holding it): the next use reads the stored tuning again."""
+        """Forget the chain (and the agents holding it): the next use reads the stored tuning again. Questions
+        under way finish with the chain they started with."""
         with self._lock:
             self._retriever = None
             self._agent = None
-            self._scoped_agents = {}
+            self._idle_agents = {}
+            self._generation += 1
 
     @property
     def flash_metrics(self) -> Any:
@@ -334,7 +370,9 @@ class Engine(PromptMixin):
         if self._flash_metrics is None:
             from ragidx.retrieval.flash import FlashMetrics
 
-            self._flash_metrics = FlashMetrics()
+            with self._lock:
+                if self._flash_metrics is None:
+                    self._flash_metrics = FlashMetrics()
         return self._flash_metrics
 
     def _build_flash(self) -> Any:
@@ -349,21 +387,112 @@ class Engine(PromptMixin):
         )
 
     def agent(self, filters: FilterSpec = None, *, user: str | None = None, groups: Any = None) -> Any:
-        """The agent workflow (built once; starts the local model server if the LLM is local); with ``filters``
-        or a principal, one whose every search runs with them (built once per scope, a few kept)."""
+        """The agent workflow (built once; starts the local model server if the LLM is local). Questions asked
+        at the same time each get their own (:meth:`_borrow_agent`); this is the first of them. With ``filters``
+        or a principal, an agent whose every search runs with them."""
         scope = as_filters(filters)
         principal = Principal.of(user, groups)
         with self._lock:
+            if self._agent is None:
+                self._agent = self._build_agent()
+                self._idle_agents.setdefault("", []).append(self._agent)
             if scope is None and principal.is_public:
-                if self._agent is None:
-                    self._agent = self._build_agent()
                 return self._agent
-            key = f"{principal.principals!r}|{scope.model_dump_json() if scope is not None else ''}"
-            agent = self._scoped_agents.pop(key, None) or self._build_agent(scope, principal)
-            self._scoped_agents[key] = agent  # most recently used last
-            while len(self._scoped_agents) > SCOPED_AGENTS:
-                self._scoped_agents.pop(next(iter(self._scoped_agents)))
-            return agent
+        agent, generation, key = self._borrow_agent(scope, principal)
+        self._return_agent(agent, generation, key)
+        return agent
+
+    @property
+    def model_queue(self) -> ModelQueue:
+        """The queue questions wait in for the chat model (``Settings.queue``), made on first use."""
+        if self._queue is None:
+            with self._lock:
+                if self._queue is None:
+                    q = self.settings.queue
+                    self._queue = ModelQueue(
+                        slots=q.effective_slots(self.settings.llm), max_waiting=q.max_waiting, max_wait_s=q.max_wait_s
+                    )
+        return self._queue
+
+    def _borrow_agent(self, scope: Any = None, principal: Principal | None = None) -> tuple[Any, int, str]:
+        """An agent no other question is using, for ``scope`` (filters) as ``principal``, the generation it belongs
+        to and its scope's key (see :meth:`_return_agent`).
+
+        A turn's state lives on its agent's parts (the budget's retrieval cap, the learned window shrink), so two
+        questions answered at once never share one; a scoped agent's retrieval tool holds its filters and reader."""
+        self.agent()  # the first one, and the local model server, exist
+        principal = principal or Principal()
+        key = "" if scope is None and principal.is_public else _scope_key(scope, principal)
+        with self._lock:
+            generation = self._generation
+            idle = self._idle_agents.pop(key, [])
+            agent = idle.pop() if idle else None
+            if idle:
+                self._idle_agents[key] = idle  # most recently used scope last
+        if agent is None:
+            agent = self._build_agent() if key == "" else self._build_agent(scope, principal)
+        return agent, generation, key
+
+    def _return_agent(self, agent: Any, generation: int, key: str = "") -> None:
+        with self._lock:
+            idle = self._idle_agents.setdefault(key, [])
+            if generation == self._generation and len(idle) < self.model_queue.slots:
+                idle.append(agent)
+            while len(self._idle_agents) > SCOPED_AGENTS:  # the least recently used scope goes
+                self._idle_agents.pop(next(iter(self._idle_agents)))
+
+    def _check_model_server(self) -> None:
+        """Before a turn: start the local model's server again if it died (killed, out of memory). It restarts on
+        its old port where it can; if it moved, the agents built for the old one are dropped."""
+        endpoint = self.settings.llm
+        local_server = getattr(self._llm_provider, "local_server", None)
+        if not endpoint.is_local or local_server is None or self._agent is None:
+            return
+        server = local_server(endpoint)
+        if server.running:
+            return
+        logger.warning("the local model server is not running; starting it again")
+        base = server.start()
+        with self._lock:
+            if self._model_base is not None and base != self._model_base:
+                self._agent = None
+                self._idle_agents = {}
+                self._generation += 1
+            self._model_base = base
+
+    @contextlib.asynccontextmanager
+    async def _turn(
+        self,
+        session_id: str | None,
+        history: Sequence[Any] | None,
+        filters: FilterSpec = None,
+        user: str | None = None,
+        groups: Any = None,
+    ) -> AsyncIterator[_Place]:
+        """A place in the model queue, a model server that runs, an agent of one's own (scoped to ``filters`` as
+        the principal), and the session the turn runs in (a throwaway one holding ``history`` when given)."""
+        if history is not None and session_id is not None:
+            raise ValueError("pass either session_id or history, not both")
+        principal = Principal.of(user, groups)
+        scope = as_filters(filters)
+        self._claim_session(session_id, principal)
+        t0 = time.perf_counter()
+        async with self.model_queue.aslot():
+            waited = time.perf_counter() - t0
+            await asyncio.to_thread(self._check_model_server)
+            agent, generation, key = await asyncio.to_thread(self._borrow_agent, scope, principal)
+            if self._model_base is None and self.settings.llm.is_local:
+                self._model_base = _local_base(self._llm_provider, self.settings.llm)
+            session = session_id
+            if history is not None:
+                session = f"~history-{uuid.uuid4().hex}"
+                self.memory.set(session, list(history))
+            try:
+                yield _Place(agent, session, waited)
+            finally:
+                if history is not None and session is not None:
+                    self.memory.clear(session)
+                self._return_agent(agent, generation, key)
 
     # --- prompts (LlamaIndex's PromptMixin) -------------------------------------------------------------
     def _get_prompts(self) -> PromptDictType:
@@ -386,9 +515,11 @@ class Engine(PromptMixin):
 
         checked(prompts_dict, self._get_prompts())
         self._prompts.update(prompts_dict)
-        for agent in [self._agent, *self._scoped_agents.values()]:
-            if agent is not None:
+        with self._lock:
+            agents = [self._agent, *(a for idle in self._idle_agents.values() for a in idle)]
+            for agent in {id(a): a for a in agents if a is not None}.values():
                 agent.update_prompts(prompts_dict)
+            self._generation += 1  # an agent answering now is not handed out again with the old prompts
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}
@@ -461,7 +592,9 @@ class Engine(PromptMixin):
         if self._memory is None:
             from ragidx.agent.memory import SessionMemory
 
-            self._memory = SessionMemory()
+            with self._lock:
+                if self._memory is None:
+                    self._memory = SessionMemory()
         return self._memory
 
     def ingestor(self) -> Ingestor:
@@ -600,14 +733,22 @@ class Engine(PromptMixin):
         filters: FilterSpec = None,
         user: str | None = None,
         groups: Any = None,
+        history: Sequence[Any] | None = None,
     ) -> Any:
         """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         A session belongs to the principal of its first turn (``user``/``groups``): another may not continue it.
-        ``filters`` and the principal scope every search of the turn (see :meth:`retrieve`).
+        ``filters`` and the principal scope every search of the turn (see :meth:`retrieve`). ``history``
+        (LlamaIndex ``ChatMessage`` s, user and assistant turns) is the conversation before this question, given
+        whole instead (what an OpenAI client sends); it is not kept.
+
+        Safe from many threads at once; the question waits its turn at the model
+        (:attr:`model_queue`) and raises :class:`EngineBusyError` when the queue is full or the wait too long.
         """
-        return run_sync(self.aask(question, session_id=session_id, filters=filters, user=user, groups=groups))
+        return run_sync(
+            self.aask(question, session_id=session_id, filters=filters, user=user, groups=groups, history=history)
+        )
 
     async def aask(
         self,
@@ -617,9 +758,11 @@ class Engine(PromptMixin):
         filters: FilterSpec = None,
         user: str | None = None,
         groups: Any = None,
+        history: Sequence[Any] | None = None,
     ) -> Any:
-        self._claim_session(session_id, Principal.of(user, groups))
-        return await self.agent(filters, user=user, groups=groups).run(question=question, session_id=session_id)
+        async with self._turn(session_id, history, filters, user, groups) as place:
+            answer = await place.agent.run(question=question, session_id=place.session)
+        return place.finish(answer, history is not None)
 
     def _claim_session(self, session_id: str | None, principal: Principal) -> None:
         """A conversation's memory holds answers from what its reader may read: no one else continues it."""
@@ -641,28 +784,37 @@ class Engine(PromptMixin):
         filters: FilterSpec = None,
         user: str | None = None,
         groups: Any = None,
-    ) -> AsyncIterator[Any]:
+        history: Sequence[Any] | None = None,
+    ) -> AsyncGenerator[Any, None]:
         """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``.
 
         With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
-        search with the articles it found, each prompt with its size, before the model reads it.
-        ``filters``, ``user`` and ``groups`` as for :meth:`ask`.
+        search with the articles it found, each prompt with its size, before the model reads it. A consumer that
+        stops reading (a client gone) stops the turn: the model stops writing and the queue's place is freed.
+        ``filters``, ``user``, ``groups`` and ``history`` as for :meth:`ask`.
         """
         from ragidx.agent.answer import Progress
         from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
-        self._claim_session(session_id, Principal.of(user, groups))
-        handler = self.agent(filters, user=user, groups=groups).run(question=question, session_id=session_id)
-        async for event in handler.stream_events():
-            if isinstance(event, AnswerDeltaEvent):
-                yield event.delta
-            elif progress and isinstance(event, SearchEvent):
-                yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
-            elif progress and isinstance(event, BudgetReportEvent):
-                tokens = event.tokens
-                titles = tuple(event.titles)
-                yield Progress("prompt", call=event.call, tokens=tokens, articles=titles, expected_s=event.expected_s)
-        yield await handler
+        async with self._turn(session_id, history, filters, user, groups) as place:
+            handler = place.agent.run(question=question, session_id=place.session)
+            try:
+                async for event in handler.stream_events():
+                    if isinstance(event, AnswerDeltaEvent):
+                        yield event.delta
+                    elif progress and isinstance(event, SearchEvent):
+                        yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
+                    elif progress and isinstance(event, BudgetReportEvent):
+                        titles = tuple(event.titles)
+                        yield Progress(
+                            "prompt", call=event.call, tokens=event.tokens, articles=titles, expected_s=event.expected_s
+                        )
+                answer = await handler
+            finally:
+                if not handler.done():
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(handler.cancel_run())
+        yield place.finish(answer, history is not None)
 
     def stream_ask(
         self,
@@ -673,6 +825,7 @@ class Engine(PromptMixin):
         filters: FilterSpec = None,
         user: str | None = None,
         groups: Any = None,
+        history: Sequence[Any] | None = None,
     ) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -680,7 +833,8 @@ class Engine(PromptMixin):
 
         async def pump() -> None:
             try:
-                async for item in self.astream_ask(question, session_id=session_id, progress=progress, **scope):
+                stream = self.astream_ask(question, session_id=session_id, progress=progress, history=history, **scope)
+                async for item in stream:
                     items.put(("item", item))
             except BaseException as exc:
                 items.put(("error", exc))
@@ -845,6 +999,36 @@ class Engine(PromptMixin):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+@dataclass
+class _Place:
+    """A question's turn at the model: its agent, the session it runs in, and how long it waited in the queue."""
+
+    agent: Any
+    session: str | None
+    waited_s: float
+
+    def finish(self, answer: Any, throwaway_session: bool) -> Any:
+        """The answer with its queue wait in ``timings["queue_wait"]`` (not in ``total``: the turn's own time)."""
+        answer.timings["queue_wait"] = round(self.waited_s, 4)
+        if throwaway_session:
+            answer.session_id = None
+        return answer
+
+
+def _local_base(provider: Any, endpoint: Any) -> str | None:
+    """The local model server's address, when the provider runs one that is started."""
+    local_server = getattr(provider, "local_server", None)
+    if local_server is None:
+        return None
+    server = local_server(endpoint)
+    return server.api_base if server.running else None
+
+
+def _scope_key(scope: Any, principal: Principal) -> str:
+    """Which pool of agents a scoped question borrows from: its reader and its filters."""
+    return f"{principal.principals!r}|{scope.model_dump_json() if scope is not None else ''}"
 
 
 SCOPED_AGENTS = 32

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
+import httpx
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from tenacity import (
     AsyncRetrying,
@@ -115,7 +116,8 @@ def error_kind(exc: BaseException) -> Literal["retry", "fatal", "bug"]:
             return "retry"
         if isinstance(exc, openai.APIStatusError):
             return "retry" if exc.status_code >= 500 or exc.status_code == 429 else "fatal"
-    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError, httpx.TransportError)):
+        # httpx's own errors reach here unwrapped from a stream's body (a server killed mid-reply)
         return "retry"
     return "bug"
 
@@ -172,6 +174,26 @@ def unavailable_reason(exc: BaseException, llm: Any) -> tuple[str, str]:
         return f"HTTP {status} ({exc})", "The endpoint is overloaded or failing: try again later."
     inner = next((e for e in reversed(chain) if str(e) and not isinstance(e, asyncio.CancelledError)), exc)
     return f"{type(inner).__name__}: {inner}", f"{reachable}{local}."
+
+
+def _choices(chunk: Any) -> Any:
+    raw = getattr(chunk, "raw", None)
+    return raw.get("choices") if isinstance(raw, dict) else getattr(raw, "choices", None)
+
+
+def _has_choices(chunk: Any) -> bool:
+    """Whether a streamed chunk is an OpenAI chunk with choices (a fake model's carry none)."""
+    return bool(_choices(chunk))
+
+
+def _finish_reason(chunk: Any) -> str | None:
+    """The OpenAI finish reason a streamed chunk carries (``None``: none yet)."""
+    choices = _choices(chunk)
+    if not choices:
+        return None
+    first = choices[0]
+    reason = first.get("finish_reason") if isinstance(first, dict) else getattr(first, "finish_reason", None)
+    return str(reason) if reason else None
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -332,11 +354,19 @@ class ChatCaller:
 
         async def call() -> str:
             parts: list[str] = []
+            reasons: list[str | None] = []  # of the chunks that came from an OpenAI-style endpoint
             gen = await self.llm.astream_chat(wire)
             async for chunk in gen:
+                if _has_choices(chunk):
+                    reasons.append(_finish_reason(chunk))
                 if chunk.delta:
                     parts.append(chunk.delta)
                     on_delta(chunk.delta)
+            if reasons and not any(reasons):
+                # An OpenAI stream ends with a finish reason; one without any was cut off (a server that ends
+                # the reply for another request, a proxy's timeout). Endpoint trouble, retried: never an
+                # empty or half answer passed on as if the model had written it.
+                raise ConnectionError(f"the reply stream ended without a finish reason after {len(parts)} pieces")
             return "".join(parts)
 
         return await self._with_retries(call)

@@ -103,11 +103,20 @@ def part_files(spec: PackagedModel) -> list[Path]:
     return files
 
 
+_ASSEMBLE_LOCK = threading.Lock()
+
+
 def assemble_gguf(model: str, cache_dir: Path | None = None) -> Path:
     """Join the parts of a packaged model into one GGUF file (once; later calls reuse it).
 
-    Model names that are paths to an existing ``.gguf`` file are returned as they are.
+    Model names that are paths to an existing ``.gguf`` file are returned as they are. One thread at a time
+    joins: two threads of one process would write the same temporary file.
     """
+    with _ASSEMBLE_LOCK:
+        return _assemble_gguf(model, cache_dir)
+
+
+def _assemble_gguf(model: str, cache_dir: Path | None) -> Path:
     as_path = Path(model).expanduser()
     if as_path.suffix == ".gguf" and as_path.is_file():
         return as_path
@@ -193,6 +202,16 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Whether ``port`` on loopback can be bound now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def server_environment() -> dict[str, str]:
@@ -286,6 +305,10 @@ class LocalLLMServer:
             # The server's default (True, unlike Llama's) computes and copies the logits of every prompt
             # token, which only logprobs need: prompts read at ~117 instead of ~131 tokens/s with it.
             "--logits_all", "False",
+            # The server's default (True) ends the reply being streamed whenever another request arrives: with
+            # four questions at once, three answers came back empty and read as "not found". ragidx queues the
+            # questions itself (Engine's model queue); the server finishes each reply it started.
+            "--interrupt_requests", "False",
             "--verbose", "False",
         ]  # fmt: skip
 
@@ -295,7 +318,8 @@ class LocalLLMServer:
             if self.running:
                 return self.api_base
             gguf = assemble_gguf(self.model, self.cache_dir)
-            self.port = free_port()
+            # A restart (the server died) keeps its port where it can, so the LLM clients built for it still work.
+            self.port = self.port if self.port is not None and port_is_free(self.port) else free_port()
             if self.log_path is None:
                 prune_server_logs(gguf.parent)
             log_path = self.log_path or (gguf.parent / f"server-{self.port}.log")

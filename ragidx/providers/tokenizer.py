@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -106,20 +107,34 @@ _GGUF_PROBES = (
 )
 
 
-@lru_cache(maxsize=4)
+_VOCABS: dict[str, Any] = {}
+_ENCODINGS: dict[str, tiktoken.Encoding | None] = {}
+_GGUF_LOCK = threading.RLock()
+"""Guards the GGUF caches and llama.cpp's ``suppress_stdout_stderr``, which points the process's file descriptors 1
+and 2 at /dev/null and back: two threads inside it at once restore each other's /dev/null, and the process's
+output stayed silenced for good (four questions asked at once loaded the vocabulary four times)."""
+
+
 def load_gguf_vocab(gguf_path: str) -> Any:
-    """A GGUF model's vocabulary (llama.cpp ``vocab_only``: no weights), loaded once per process.
+    """A GGUF model's vocabulary (llama.cpp ``vocab_only``: no weights), loaded once per process, by one thread.
 
     llama.cpp writes "n_ctx_seq (512) > n_ctx_train (0)" straight to stderr while it makes the context of a
     vocabulary-only model (which has no training context): nothing a user can act on, so it is silenced.
     """
-    from llama_cpp import Llama
-    from llama_cpp._utils import suppress_stdout_stderr
+    vocab = _VOCABS.get(gguf_path)
+    if vocab is not None:
+        return vocab
+    with _GGUF_LOCK:
+        if gguf_path in _VOCABS:
+            return _VOCABS[gguf_path]
+        from llama_cpp import Llama
+        from llama_cpp._utils import suppress_stdout_stderr
 
-    with suppress_stdout_stderr(disable=False):
-        vocab = Llama(model_path=gguf_path, vocab_only=True, verbose=False)
-    atexit.register(vocab.close)  # while llama_cpp is still loaded (its finalizer fails at shutdown)
-    return vocab
+        with suppress_stdout_stderr(disable=False):
+            vocab = Llama(model_path=gguf_path, vocab_only=True, verbose=False)
+        atexit.register(vocab.close)  # while llama_cpp is still loaded (its finalizer fails at shutdown)
+        _VOCABS[gguf_path] = vocab
+        return vocab
 
 
 def _llama_tokens(vocab: Any, text: str) -> list[int]:
@@ -135,7 +150,6 @@ def _llama_tokens(vocab: Any, text: str) -> list[int]:
     return out[:n]
 
 
-@lru_cache(maxsize=4)
 def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
     """A tiktoken encoding that tokenizes exactly as llama.cpp does with a GGUF model's vocabulary, or
     ``None`` where that is not known to hold.
@@ -150,6 +164,15 @@ def gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
     against llama.cpp on probe texts; a mismatch logs a warning and returns ``None`` (the counter then
     asks llama.cpp for every count).
     """
+    if gguf_path in _ENCODINGS:
+        return _ENCODINGS[gguf_path]
+    with _GGUF_LOCK:  # built once: one to two seconds that four first questions at once would each spend
+        if gguf_path not in _ENCODINGS:
+            _ENCODINGS[gguf_path] = _build_gguf_encoding(gguf_path)
+        return _ENCODINGS[gguf_path]
+
+
+def _build_gguf_encoding(gguf_path: str) -> tiktoken.Encoding | None:
     name = f"gguf:{Path(gguf_path).stem}"
     import ctypes
 

@@ -92,6 +92,52 @@ def test_capped_sends_its_own_max_tokens_where_a_call_argument_is_ignored() -> N
     assert capped(fake, 1) is fake  # no such field: the call's argument counts
 
 
+class _Stream(ScriptedLLM):
+    """Streams the given OpenAI chunks (``(text, finish_reason)``), as an OpenAI endpoint's client does."""
+
+    chunks: list[tuple[str, str | None]] = []
+
+    async def astream_chat(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+        from openai.types.chat import ChatCompletionChunk
+
+        self._reply(list(messages), kwargs)  # recorded; the script's step is not used
+
+        async def gen():  # type: ignore[no-untyped-def]
+            for text, finish in self.chunks:
+                raw = ChatCompletionChunk.model_validate(
+                    {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+                )  # fmt: skip
+                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=text, raw=raw)
+
+        return gen()
+
+
+def test_a_reply_stream_cut_off_before_its_finish_reason_is_an_error_not_an_answer() -> None:
+    """llama-cpp-python's server (with interrupt_requests) ends a streamed reply when another request comes, with
+    no finish reason: the empty or half answer was passed on, and an empty one read as "not found"."""
+    cut = _Stream(["", ""], cycle=True)
+    cut.chunks = [("Use ", None), ("Table", None)]
+    with pytest.raises(LLMUnavailableError, match="without a finish reason"):
+        asyncio.run(ChatCaller(cut, retries=1, backoff_s=0.0).astream([], lambda piece: None))
+    assert len(cut.calls) == 2  # retried once, as endpoint trouble
+
+    whole = _Stream(["", ""], cycle=True)
+    whole.chunks = [("Use ", None), ("Table [1].", None), ("", "stop")]
+    pieces: list[str] = []
+    assert asyncio.run(ChatCaller(whole).astream([], pieces.append)) == "Use Table [1]." == "".join(pieces)
+
+
+def test_a_stream_broken_off_by_a_dead_server_is_retried_then_reported() -> None:
+    """A model server killed mid-reply surfaces as httpx's own RemoteProtocolError from the stream's body (the
+    openai client does not wrap it): endpoint trouble, not a bug passed through."""
+    broken = httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+    llm = ScriptedLLM([broken, broken])
+    with pytest.raises(LLMUnavailableError, match="failed 2 times"):
+        asyncio.run(ChatCaller(llm, retries=1, backoff_s=0.0).astream([], lambda piece: None))
+    assert len(llm.calls) == 2
+
+
 # --- real loopback endpoints that fail ---------------------------------------------------------------
 def _endpoint_llm(url: str, *, read_timeout: float = 5.0) -> Any:
     from ragidx.providers.llms import EndpointLLM

@@ -97,6 +97,7 @@ def test_server_command_skips_prompt_logits_and_keeps_threads_spinning(
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=True))
     assert cmd[1:3] == ["-m", "ragidx.providers.llama_server"] and flags["--chat_format"] == "ragidx-chatml"
     assert flags["--logits_all"] == "False"  # the server's own default is True
+    assert flags["--interrupt_requests"] == "False"  # its default cuts a streamed reply off for the next request
     assert flags["--n_ctx"] == "4096" and flags["--n_threads"] == flags["--n_threads_batch"] == "3"
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "40123"
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")

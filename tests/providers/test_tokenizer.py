@@ -89,17 +89,14 @@ def test_gguf_counter_falls_back_to_llama_cpp_where_tiktoken_would_differ(
     path = str(assemble_gguf("qwen2.5-0.5b"))
     # Without the rule that leaves a run of spaces' last space to the next word, "a  b" splits differently.
     monkeypatch.setitem(tokenizer.GGUF_PATTERNS, "qwen2", tokenizer.QWEN2_PATTERN.replace(r"\s+(?!\S)|", ""))
-    tokenizer.gguf_encoding.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger="ragidx.providers.tokenizer"):
-            slow = tokenizer.GGUFTokenCounter(path)
-            assert slow.fast_encoding is None
-        assert "tokenize" in caplog.text and "llama.cpp" in caplog.text
-        text = "Version  1999 of 3.14159 " + TRICKY[1]
-        assert slow.encode(text) == tokenizer._llama_tokens(slow.vocab, text)
-        assert slow.decode(slow.encode(text)) == text
-    finally:
-        tokenizer.gguf_encoding.cache_clear()
+    monkeypatch.setattr(tokenizer, "_ENCODINGS", {})  # built again, with the changed pattern
+    with caplog.at_level("WARNING", logger="ragidx.providers.tokenizer"):
+        slow = tokenizer.GGUFTokenCounter(path)
+        assert slow.fast_encoding is None
+    assert "tokenize" in caplog.text and "llama.cpp" in caplog.text
+    text = "Version  1999 of 3.14159 " + TRICKY[1]
+    assert slow.encode(text) == tokenizer._llama_tokens(slow.vocab, text)
+    assert slow.decode(slow.encode(text)) == text
 
 
 def test_loading_a_vocabulary_prints_nothing_a_user_cannot_act_on() -> None:
@@ -118,3 +115,28 @@ def test_loading_a_vocabulary_prints_nothing_a_user_cannot_act_on() -> None:
     )
     assert done.returncode == 0 and int(done.stdout.strip()) > 100_000  # loaded, and its output still works
     assert "n_ctx" not in done.stderr and "llama" not in done.stderr, done.stderr
+
+
+def test_four_threads_loading_the_vocabulary_at_once_leave_the_output_working() -> None:
+    """llama.cpp's ``suppress_stdout_stderr`` points file descriptors 1 and 2 at /dev/null while the vocabulary
+    loads; four threads inside it at once left them there for good (4 of 5 runs), and every later line was lost."""
+    import subprocess
+    import sys
+
+    from ragidx.providers.local_llm import assemble_gguf
+
+    code = (
+        "import sys, threading; from ragidx.providers.tokenizer import load_gguf_vocab, gguf_encoding\n"
+        "got = []\n"
+        "def load(): got.append((load_gguf_vocab(sys.argv[1]), gguf_encoding(sys.argv[1])))\n"
+        "threads = [threading.Thread(target=load) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(len(got), len({id(v) for v, _ in got}), len({id(e) for _, e in got}), flush=True)\n"
+        "print('still here', file=sys.stderr, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(assemble_gguf("qwen2.5-0.5b"))], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["4", "1", "1"]  # four loads, one vocabulary and one encoding between them
+    assert "still here" in done.stderr

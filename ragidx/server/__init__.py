@@ -1,0 +1,45 @@
+"""``ragidx serve``: an OpenAI-compatible HTTP server over one :class:`~ragidx.engine.Engine` (FastAPI + uvicorn).
+
+Example:
+    >>> from ragidx.server import check_bind
+    >>> check_bind("127.0.0.1", has_keys=False)   # loopback: no key needed
+    >>> check_bind("0.0.0.0", has_keys=True)      # beyond loopback: only with API keys
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ragidx.server.app import create_app, is_loopback
+
+__all__ = ["check_bind", "create_app", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_bind(host: str, *, has_keys: bool) -> None:
+    """Refuse to listen beyond loopback without an API key: anyone on the network could use the model."""
+    if not has_keys and not is_loopback(host):
+        raise ValueError(
+            f"serve.host {host} is not loopback and no API key is configured: set serve.api_keys "
+            "(RAGIDX_SERVE__API_KEYS='[\"KEY\"]') or listen on 127.0.0.1"
+        )
+
+
+def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> None:
+    """Run the server until interrupted: the engine is built from ``settings``, warmed up (the local model
+    started, the index opened) before the first request, and closed at the end."""
+    import uvicorn
+
+    from ragidx.engine import Engine
+
+    check_bind(settings.serve.host, has_keys=bool(settings.serve.api_keys))
+    with Engine(settings) as engine:
+        if warm_up:
+            engine.warm_up()
+        app = create_app(engine)
+        logger.info(
+            "serving %s on http://%s:%d/v1", settings.serve.model_name, settings.serve.host, settings.serve.port
+        )
+        uvicorn.run(app, host=settings.serve.host, port=settings.serve.port, log_level=log_level)

@@ -1,0 +1,407 @@
+"""``ragidx serve``'s HTTP edge: an OpenAI-compatible API over one :class:`~ragidx.engine.Engine`.
+
+Every route is a thin call into the engine; the queue, the sessions and the model's lifecycle live there. Routes:
+
+- ``POST /v1/chat/completions``: OpenAI's chat API, whole or streamed (server-sent events). The request's messages
+  are the conversation: the last user message is the question, the earlier user and assistant turns its history.
+  The answer carries ragidx's extra field ``ragidx`` (``text``, ``citations``, ``sources`` with their ranks,
+  ``not_found``, ``reason``, ``queries``, ``timings``; on a stream, in the closing chunk) and ends with a
+  "Sources:" block naming the cited articles, for clients that ignore extra fields.
+- ``POST /v1/search``: ``{"query", "top_k"}`` -> the ranked whole articles.
+- ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
+
+Errors are OpenAI's error JSON: 400 malformed JSON or request, 401 a missing or wrong key, 403 a non-loopback
+client of a server without keys, 413 a request over ``serve.max_request_bytes``, 429 the model queue is full
+(``Retry-After``), 503 the local model is down, 502 a remote endpoint failed or refused.
+
+Example:
+    >>> app = create_app(Engine(Settings(data_dir="/tmp/kb")))        # doctest: +SKIP
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ragidx.engine import Engine
+from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
+from ragidx.providers.local_llm import LocalModelError
+from ragidx.providers.model_queue import EngineBusyError
+from ragidx.server.openai_format import (
+    RequestError,
+    chat_chunk,
+    chat_completion,
+    closing_text,
+    completion_id,
+    error_body,
+    read_conversation,
+)
+
+__all__ = ["create_app", "is_loopback"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is this machine's loopback."""
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Metrics:
+    """The server's Prometheus metrics, in a registry of its own (several apps in one process never clash)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ragidx_http_requests", "HTTP requests by route and status", ["route", "status"], registry=self.registry
+        )
+        self.answers = Counter(
+            "ragidx_answers",
+            "Questions answered, by outcome (answered, not_found)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "ragidx_errors", "Questions that ended in an error, by kind", ["kind"], registry=self.registry
+        )
+        self.answer_seconds = Histogram(
+            "ragidx_answer_seconds",
+            "A question's own time, from its turn at the model to the answer",
+            buckets=(1, 2, 5, 10, 20, 40, 60, 120, 300, 600),
+            registry=self.registry,
+        )
+        self.wait_seconds = Histogram(
+            "ragidx_queue_wait_seconds",
+            "Time a question waited in the model queue",
+            buckets=(0.01, 0.1, 1, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        queue = engine.model_queue
+        Gauge("ragidx_queue_waiting", "Questions waiting for the model", registry=self.registry).set_function(
+            lambda: queue.stats().waiting
+        )
+        Gauge("ragidx_queue_busy", "Questions the model is answering", registry=self.registry).set_function(
+            lambda: queue.stats().busy
+        )
+        Gauge("ragidx_queue_slots", "Questions the model answers at once", registry=self.registry).set(queue.slots)
+
+    def answered(self, answer: Any) -> None:
+        self.answers.labels("not_found" if answer.not_found else "answered").inc()
+        self.answer_seconds.observe(float(answer.timings.get("total", 0.0)))
+        self.wait_seconds.observe(float(answer.timings.get("queue_wait", 0.0)))
+
+
+def create_app(engine: Engine) -> FastAPI:
+    """The FastAPI app serving ``engine`` (the engine stays the caller's: close it after the server stops)."""
+    settings = engine.settings.serve
+    keys = [k.get_secret_value() for k in settings.api_keys]
+    model_id = settings.model_name
+    metrics = _Metrics(engine)
+    app = FastAPI(title="ragidx", summary="OpenAI-compatible answers with citations from a knowledge base")
+    app.state.engine = engine
+    app.state.metrics = metrics
+
+    def error(status: int, message: str, *, kind: str, code: str | None = None, **headers: str) -> JSONResponse:
+        return JSONResponse(error_body(message, kind=kind, code=code), status_code=status, headers=headers or None)
+
+    def engine_error(exc: Exception) -> JSONResponse:
+        """The HTTP error for what went wrong while answering (counted by kind)."""
+        if isinstance(exc, EngineBusyError):
+            metrics.errors.labels("busy").inc()
+            retry = f"{exc.retry_after_s:.0f}"
+            return error(429, str(exc), kind="server_busy", code="model_busy", **{"Retry-After": retry})
+        if isinstance(exc, LocalModelError) or (isinstance(exc, LLMUnavailableError) and engine.settings.llm.is_local):
+            metrics.errors.labels("model_down").inc()
+            return error(503, f"the local model is unavailable: {exc}", kind="server_error", code="model_unavailable")
+        if isinstance(exc, LLMUnavailableError | LLMRequestError):
+            metrics.errors.labels("endpoint").inc()
+            return error(502, f"the model endpoint failed: {exc}", kind="server_error", code="upstream_error")
+        metrics.errors.labels("internal").inc()
+        logger.exception("answering failed", exc_info=exc)
+        return error(500, f"answering failed: {type(exc).__name__}: {exc}", kind="server_error", code="internal_error")
+
+    def refusal(request: Request) -> Response | None:
+        """Loopback only without keys; a key with them; a declared body within the size limit."""
+        client = request.client.host if request.client else None
+        if not keys and not is_loopback(client):
+            return error(403, "this server has no API keys and answers only loopback clients", kind="permission_error")
+        if keys and request.url.path != "/health" and not _authorized(request.headers.get("authorization"), keys):
+            metrics.errors.labels("auth").inc()
+            return error(
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer KEY' with a key from serve.api_keys",
+                kind="invalid_request_error",
+                code="invalid_api_key",
+            )
+        if _declared_size(request) > settings.max_request_bytes:
+            metrics.errors.labels("too_large").inc()
+            return _too_large(settings.max_request_bytes)
+        return None
+
+    # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
+    app.add_middleware(_Guard, refusal=refusal, counter=metrics.requests)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error(exc.status_code, str(exc.detail), kind=kind)
+
+    async def read_json(request: Request) -> dict[str, Any]:
+        body = bytearray()
+        async for part in request.stream():
+            body.extend(part)
+            if len(body) > settings.max_request_bytes:
+                raise _TooLarge
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise RequestError("the request body must be a JSON object")
+        return data
+
+    async def parsed(request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            return await read_json(request)
+        except _TooLarge:
+            metrics.errors.labels("too_large").inc()
+            return _too_large(settings.max_request_bytes)
+        except RequestError as exc:
+            metrics.errors.labels("bad_request").inc()
+            return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        stats = engine.model_queue.stats()
+        return {"status": "ok", "model": model_id, "queue": stats.__dict__, "llm": _model_state(engine)}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0, "owned_by": "ragidx"}]}
+
+    @app.post("/v1/search", response_model=None)
+    async def search(request: Request) -> dict[str, Any] | JSONResponse:
+        data = await parsed(request)
+        if isinstance(data, JSONResponse):
+            return data
+        query, top_k = data.get("query"), data.get("top_k")
+        if not isinstance(query, str) or not query.strip():
+            return JSONResponse(error_body("query must be a non-empty string", kind="invalid_request_error",
+                                           param="query"), status_code=400)  # fmt: skip
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100):
+            return JSONResponse(error_body("top_k must be an integer from 1 to 100", kind="invalid_request_error",
+                                           param="top_k"), status_code=400)  # fmt: skip
+        articles = await asyncio.to_thread(engine.retrieve, query, top_k)
+        return {
+            "object": "list",
+            "query": query,
+            "data": [
+                {
+                    "kb_id": a.kb_id,
+                    "title": a.title,
+                    "url": a.url,
+                    "content": a.content,
+                    **{k: a.metadata.get(k) for k in ("rerank_score", "normalized_rank", "article_rank")},
+                }
+                for a in articles
+            ],
+        }
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Response | dict[str, Any]:
+        data = await parsed(request)
+        if isinstance(data, JSONResponse):
+            return data
+        try:
+            question, history = read_conversation(data.get("messages"), max_question_chars=settings.max_question_chars)
+        except RequestError as exc:
+            metrics.errors.labels("bad_request").inc()
+            return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+        if not data.get("stream"):
+            try:
+                answer = await _unless_gone(request, engine.aask(question, history=history))
+            except _ClientGone:
+                return Response(status_code=499)
+            except Exception as exc:
+                return engine_error(exc)
+            metrics.answered(answer)
+            return chat_completion(answer, model=model_id)
+        stream = engine.astream_ask(question, history=history)
+        try:
+            # a busy queue or a dead model is an HTTP error, not a broken stream; a client that hangs up while its
+            # question waits for the model leaves the queue
+            first = await _unless_gone(request, anext(stream))
+        except _ClientGone:
+            await stream.aclose()
+            return Response(status_code=499)
+        except Exception as exc:
+            await stream.aclose()
+            return engine_error(exc)
+        return StreamingResponse(
+            _events(stream, first, model_id, metrics),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return app
+
+
+_ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/chat/completions"})
+
+
+class _Guard:
+    """ASGI middleware: answers a request ``refusal`` refuses, passes the others on; counts every response."""
+
+    def __init__(self, app: ASGIApp, *, refusal: Callable[[Request], Response | None], counter: Counter) -> None:
+        self.app = app
+        self.refusal = refusal
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = path if path in _ROUTES else "other"
+        refused = self.refusal(Request(scope))
+        if refused is not None:
+            self.counter.labels(route, str(refused.status_code)).inc()
+            await refused(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.counter.labels(route, str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _unless_gone(request: Request, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, unless the client hangs up first: then it is cancelled (the question leaves the
+    model queue, or the model stops writing) and :class:`_ClientGone` is raised."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise _ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+_DISCONNECT_POLL_S = 0.5
+
+
+def _authorized(header: str | None, keys: list[str]) -> bool:
+    if not header or not header.lower().startswith("bearer "):
+        return False
+    given = header[7:].strip().encode()
+    return any(hmac.compare_digest(given, key.encode()) for key in keys)
+
+
+def _declared_size(request: Request) -> int:
+    try:
+        return int(request.headers.get("content-length") or 0)
+    except ValueError:
+        return 0
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        error_body(f"the request body is larger than {limit} bytes (serve.max_request_bytes)",
+                   kind="invalid_request_error", code="request_too_large"),
+        status_code=413,
+    )  # fmt: skip
+
+
+def _model_state(engine: Engine) -> str:
+    """``running``, ``stopped`` (started once, not running now: the next question starts it), ``not started``
+    or ``remote``."""
+    endpoint = engine.settings.llm
+    if not endpoint.is_local:
+        return "remote"
+    local_server = getattr(engine._llm_provider, "local_server", None)
+    if local_server is None:
+        return "not started"
+    server = local_server(endpoint)
+    if server.running:
+        return "running"
+    return "stopped" if server.port is not None else "not started"
+
+
+async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, metrics: _Metrics) -> AsyncIterator[str]:
+    """The answer as server-sent events: the model's words as it writes them, then a closing piece (the checked
+    answer where it differs, the Sources block), the closing chunk with ``ragidx``, ``[DONE]``. A client that
+    goes away closes ``stream``: the engine stops the model and frees the queue's place."""
+    cid = completion_id()
+    streamed = ""
+
+    def event(chunk: dict[str, Any]) -> str:
+        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+
+    try:
+        yield event(chat_chunk(cid, model, role=True, content=""))
+        item = first
+        while True:
+            if isinstance(item, str):
+                streamed += item
+                yield event(chat_chunk(cid, model, content=item))
+            else:
+                answer = item
+                metrics.answered(answer)
+                closing = closing_text(streamed, answer)
+                if closing:
+                    yield event(chat_chunk(cid, model, content=closing))
+                yield event(chat_chunk(cid, model, finish=True, answer=answer))
+                yield "data: [DONE]\n\n"
+                return
+            item = await anext(stream)
+    except StopAsyncIteration:
+        return
+    except Exception as exc:  # after the first byte an HTTP status cannot change: an error event, then the end
+        kind = "busy" if isinstance(exc, EngineBusyError) else "stream"
+        metrics.errors.labels(kind).inc()
+        logger.warning("a streamed answer failed: %s", exc)
+        yield event(error_body(f"{type(exc).__name__}: {exc}", kind="server_error", code="stream_error"))
+        yield "data: [DONE]\n\n"
+    finally:
+        await stream.aclose()

@@ -1,0 +1,209 @@
+"""OpenAI's chat wire format, both ways: a request's messages in, an ``Answer`` out (whole or as stream chunks).
+
+Strings only at this edge: a request is read into typed pieces (the question, the earlier turns as LlamaIndex
+``ChatMessage`` s) and an :class:`~ragidx.agent.answer.Answer` is written as OpenAI's ``chat.completion`` (or its
+``chat.completion.chunk`` s), with ragidx's extra field ``ragidx`` (citations, sources, not-found verdict and why)
+and the citations again as a closing "Sources" block in the message text, for clients that ignore extra fields.
+
+Example:
+    >>> question, history = read_conversation([{"role": "user", "content": "How do I print?"}])
+    >>> question, history
+    ('How do I print?', [])
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+from ragidx.agent.answer import Answer
+
+__all__ = [
+    "RequestError",
+    "answer_extra",
+    "chat_chunk",
+    "chat_completion",
+    "completion_id",
+    "error_body",
+    "read_conversation",
+    "sources_block",
+]
+
+SOURCES_TITLE = "Sources:"
+_OWN_SOURCES = re.compile(r"\n\nSources:\n(?:\[\d+\] [^\n]*\n?)+\s*\Z")
+
+
+class RequestError(ValueError):
+    """A request ragidx cannot answer as sent (HTTP 400); ``param`` names the offending field."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's text: a string, or OpenAI's list of parts (text parts joined; others refused)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise RequestError(f"{where}: only text content is supported, not {kind!r}", param="messages")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise RequestError(f"{where}: content must be a string or a list of text parts", param="messages")
+
+
+def read_conversation(messages: Any, *, max_question_chars: int = 8000) -> tuple[str, list[ChatMessage]]:
+    """(the question: the last user message, the earlier user and assistant turns as history).
+
+    System and developer messages are not passed on: ragidx's own instructions keep the answer to the knowledge
+    base. Assistant turns lose the "Sources" block this server appended to them. Tool messages are refused.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", param="messages")
+    turns: list[tuple[str, str]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RequestError(f"messages[{i}] must be an object with role and content", param="messages")
+        role = message.get("role")
+        if role in ("system", "developer"):
+            continue
+        if role not in ("user", "assistant"):
+            raise RequestError(
+                f"messages[{i}]: role {role!r} is not supported (user, assistant, system)", param="messages"
+            )
+        text = _text(message.get("content"), f"messages[{i}]")
+        if role == "assistant":
+            text = _OWN_SOURCES.sub("", text)
+        turns.append((role, text))
+    if not turns or turns[-1][0] != "user":
+        raise RequestError("the last message must be the user's question", param="messages")
+    question = turns[-1][1].strip()
+    if not question:
+        raise RequestError("the question (the last user message) is empty", param="messages")
+    if len(question) > max_question_chars:
+        raise RequestError(
+            f"the question is {len(question)} characters long; at most {max_question_chars} are accepted",
+            param="messages",
+        )
+    roles = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+    history = [ChatMessage(role=roles[role], content=text) for role, text in turns[:-1] if text.strip()]
+    return question, history
+
+
+def sources_block(answer: Answer) -> str:
+    """The cited articles as the closing block of the message text ("" when nothing is cited)."""
+    if not answer.citations:
+        return ""
+    lines = [f"[{c.number}] {c.title} — {c.url or c.kb_id}" for c in answer.citations]
+    return f"\n\n{SOURCES_TITLE}\n" + "\n".join(lines)
+
+
+def answer_extra(answer: Answer) -> dict[str, Any]:
+    """ragidx's extra field: what the answer cites, what it was drawn from, and whether it is one."""
+    return {
+        "text": answer.text,
+        "citations": [{"number": c.number, "kb_id": c.kb_id, "title": c.title, "url": c.url} for c in answer.citations],
+        "sources": [
+            {
+                "kb_id": a.get("kb_id"),
+                "title": a.get("title"),
+                "url": a.get("url"),
+                **{k: (a.get("metadata") or {}).get(k) for k in ("rerank_score", "normalized_rank", "article_rank")},
+            }
+            for a in answer.articles
+        ],
+        "not_found": answer.not_found,
+        "reason": answer.not_found_reason,
+        "queries": list(answer.queries),
+        "timings": dict(answer.timings),
+    }
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def _usage(answer: Answer) -> dict[str, int]:
+    prompt = int(answer.tokens.get("prompt_total", 0) or 0)
+    completion = int(answer.tokens.get("completion", 0) or 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def chat_completion(answer: Answer, *, model: str, cid: str | None = None) -> dict[str, Any]:
+    """The whole answer as OpenAI's ``chat.completion`` object, with the ``ragidx`` extra field."""
+    return {
+        "id": cid or completion_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer.text + sources_block(answer)},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(answer),
+        "ragidx": answer_extra(answer),
+    }
+
+
+def chat_chunk(
+    cid: str,
+    model: str,
+    *,
+    content: str | None = None,
+    role: bool = False,
+    finish: bool = False,
+    answer: Answer | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk``: a piece of text, the opening role, or (``finish``) the closing one, which
+    carries the usage and the ``ragidx`` extra field of ``answer``."""
+    delta: dict[str, Any] = {}
+    if role:
+        delta["role"] = "assistant"
+    if content is not None:
+        delta["content"] = content
+    chunk: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if finish else None, "logprobs": None}],
+    }
+    if finish and answer is not None:
+        chunk["usage"] = _usage(answer)
+        chunk["ragidx"] = answer_extra(answer)
+    return chunk
+
+
+def closing_text(streamed: str, answer: Answer) -> str:
+    """What a stream adds after the model's own words: where the checked answer differs from what was streamed
+    (set aside as not an answer, or its citations renumbered), the answer as it stands; then the Sources block."""
+    markers = re.findall(r"\[\d{1,3}\]", streamed)
+    if answer.not_found:
+        if not streamed.strip():
+            return answer.text
+        why = f": {answer.not_found_reason}" if answer.not_found_reason else ""
+        return f"\n\nThis reply is not an answer from the knowledge base{why}.\n{answer.text}"
+    if not streamed.strip():
+        return answer.text + sources_block(answer)
+    if markers != re.findall(r"\[\d{1,3}\]", answer.text):
+        return f"\n\nWith its citations checked against the articles shown:\n{answer.text}" + sources_block(answer)
+    return sources_block(answer)
+
+
+def error_body(message: str, *, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
