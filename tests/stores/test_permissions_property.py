@@ -168,9 +168,11 @@ def _one(article: Article, f: MetadataFilter) -> bool:
 
 def ingest(folder: Path, location: str | Path, articles: list[Article]) -> Kb:
     n = next(_TABLES)
-    chunks = LanceDBChunkStore(uri=folder / "lancedb", table_name=f"Kb{n}")
-    store = ArticleStore(location, tenant=f"example-{n}")  # one database for the batch, a tenant per example
-    report = Ingestor(chunks, store, EMBED, chunk_tokens=64, chunk_overlap=4).ingest(articles, source="prop")
+    tenant = f"example-{n}"  # one article database for the batch, a tenant per example (chunks and articles alike)
+    chunks = LanceDBChunkStore(uri=folder / "lancedb", table_name=f"Kb{n}", tenant=tenant)
+    store = ArticleStore(location, tenant=tenant)
+    ingestor = Ingestor(chunks, store, EMBED, chunk_tokens=64, chunk_overlap=4, tenant=tenant)
+    report = ingestor.ingest(articles, source="prop")
     assert not report.errors and report.new == len(articles)
     seen: list[set[str]] = []
     reranker = RecordingReranker(inner=OfflineChunkReranker(top_n=30), seen=seen)
