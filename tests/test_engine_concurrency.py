@@ -192,6 +192,6 @@ def test_a_model_server_killed_mid_answer_fails_that_question_and_the_next_is_an
             if isinstance(item, Progress) and item.stage == "prompt":  # the model is about to read its prompt
                 assert server._proc is not None
                 server._proc.kill()
-    assert not server.running and local_engine.model_queue.stats().busy == 0
+    assert local_engine.model_queue.stats().busy == 0  # the failed question's place is free
     answer = local_engine.ask(question)  # the engine starts the server again
     assert server.running and answer.text.strip() and not answer.tool_errors
