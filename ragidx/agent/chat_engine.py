@@ -29,6 +29,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMi
 from llama_index.core.tools import ToolOutput
 
 from ragidx.agent.answer import Answer
+from ragidx.agent.prompts import prompts_of, update_prompts_of
 from ragidx.agent.query_engine import Asker, answer_metadata, answer_source_nodes
 
 __all__ = ["RagChatEngine"]
@@ -54,13 +55,10 @@ class RagChatEngine(BaseChatEngine, PromptMixin):
 
     def _get_prompts(self) -> PromptDictType:
         """The engine's prompts (the agent's; shared with every query and chat engine of the engine)."""
-        return self._engine.get_prompts() if isinstance(self._engine, PromptMixin) else {}
+        return prompts_of(self._engine)
 
     def _update_prompts(self, prompts_dict: PromptDictType) -> None:
-        if isinstance(self._engine, PromptMixin):
-            self._engine.update_prompts(prompts_dict)
-        elif prompts_dict:
-            raise ValueError(f"{type(self._engine).__name__} has no prompts to update")
+        update_prompts_of(self._engine, prompts_dict)
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptMixin
 
 SYSTEM_PROMPT = (
     "You answer questions about a knowledge base. Use the retrieve_context tool to search it; search "
@@ -83,3 +84,16 @@ def checked(prompts: Mapping[str, BasePromptTemplate], known: Mapping[str, BaseP
         missing = sorted(set(known[name].template_vars) - set(prompt.template_vars))
         if missing:
             raise ValueError(f"prompt {name!r} must use the variables {missing} (see ragidx.agent.prompts)")
+
+
+def prompts_of(owner: object) -> dict[str, BasePromptTemplate]:
+    """The prompts of what a query or chat engine asks through (an ``Engine`` or a scoped asker), or none."""
+    return dict(owner.get_prompts()) if isinstance(owner, PromptMixin) else {}
+
+
+def update_prompts_of(owner: object, prompts: Mapping[str, BasePromptTemplate]) -> None:
+    """Replace prompts of what a query or chat engine asks through; one without prompts refuses any."""
+    if isinstance(owner, PromptMixin):
+        owner.update_prompts(dict(prompts))
+    elif prompts:
+        raise ValueError(f"{type(owner).__name__} has no prompts to update")

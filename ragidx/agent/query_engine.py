@@ -27,10 +27,11 @@ from typing import Any, Protocol
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ragidx.agent.answer import Answer
+from ragidx.agent.prompts import prompts_of, update_prompts_of
 from ragidx.article import RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import article_to_node
 
@@ -105,13 +106,10 @@ class RagQueryEngine(BaseQueryEngine):
 
     def _get_prompts(self) -> PromptDictType:
         """The engine's prompts (the agent's; shared with every query and chat engine of the engine)."""
-        return self._engine.get_prompts() if isinstance(self._engine, PromptMixin) else {}
+        return prompts_of(self._engine)
 
     def _update_prompts(self, prompts_dict: PromptDictType) -> None:
-        if isinstance(self._engine, PromptMixin):
-            self._engine.update_prompts(prompts_dict)
-        elif prompts_dict:
-            raise ValueError(f"{type(self._engine).__name__} has no prompts to update")
+        update_prompts_of(self._engine, prompts_dict)
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}
