@@ -120,6 +120,15 @@ class LLMEndpoint(BaseModel):
         description="Retries with backoff on endpoint errors; None: 0 for the local model (a retried request "
         "only queues behind the abandoned one), 3 otherwise.",
     )
+    prompt_lookup: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Local model: prompt-lookup decoding, the tokens proposed per step from the prompt (the words "
+        "that followed the answer's last few words where they occur in the articles), checked in one batch at "
+        "prompt-reading speed instead of written one by one; the text is the one the model would write without "
+        "it. 0: off (docs: benchmarks, prompt-lookup decoding). Endpoints ignore it.",
+    )
     temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
     tokenizer: str | None = Field(
         default=None,

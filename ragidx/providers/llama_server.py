@@ -132,8 +132,44 @@ def register() -> None:
     LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, chat_handler, overwrite=True)
 
 
+PROMPT_LOOKUP_FLAG = "--ragidx_prompt_lookup"
+"""This module's own flag (taken off the command line before llama-cpp-python's parser reads it): tokens proposed
+per step by prompt-lookup decoding (:mod:`ragidx.providers.prompt_lookup`); absent or 0: off."""
+
+
+def pop_prompt_lookup(argv: list[str]) -> tuple[list[str], int]:
+    """``argv`` without :data:`PROMPT_LOOKUP_FLAG` and its value, and that value (0 when absent)."""
+    if PROMPT_LOOKUP_FLAG not in argv:
+        return list(argv), 0
+    at = argv.index(PROMPT_LOOKUP_FLAG)
+    try:
+        tokens = int(argv[at + 1])
+    except (IndexError, ValueError):
+        raise SystemExit(f"{PROMPT_LOOKUP_FLAG} needs a whole number of tokens (0: off)") from None
+    return argv[:at] + argv[at + 2 :], tokens
+
+
+def _with_prompt_lookup(tokens: int) -> None:
+    """Make llama-cpp-python's server load its model with a prompt-lookup draft of ``tokens`` per step."""
+    from llama_cpp.server.model import LlamaProxy
+
+    from ragidx.providers.prompt_lookup import PromptLookupDraft, attach
+
+    load = LlamaProxy.load_llama_from_model_settings
+
+    def load_with_draft(settings: Any) -> Any:
+        return attach(load(settings), PromptLookupDraft(tokens))
+
+    LlamaProxy.load_llama_from_model_settings = staticmethod(load_with_draft)  # type: ignore[method-assign]
+
+
 def main() -> None:
+    import sys
+
     register()
+    sys.argv, lookup = pop_prompt_lookup(sys.argv)
+    if lookup > 0:
+        _with_prompt_lookup(lookup)
     from llama_cpp.server.__main__ import main as serve
 
     serve()

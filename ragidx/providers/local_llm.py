@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ragidx.providers.llama_server import CHAT_FORMAT
+from ragidx.providers.llama_server import CHAT_FORMAT, PROMPT_LOOKUP_FLAG
 
 logger = logging.getLogger(__name__)
 
@@ -264,8 +264,10 @@ class LocalLLMServer:
         cache_dir: Path | None = None,
         startup_timeout_s: float = 120.0,
         log_path: Path | None = None,
+        prompt_lookup: int = 0,
     ) -> None:
         self.model = model
+        self.prompt_lookup = prompt_lookup
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.cache_dir = cache_dir
@@ -310,7 +312,7 @@ class LocalLLMServer:
             # questions itself (Engine's model queue); the server finishes each reply it started.
             "--interrupt_requests", "False",
             "--verbose", "False",
-        ]  # fmt: skip
+        ] + ([PROMPT_LOOKUP_FLAG, str(self.prompt_lookup)] if self.prompt_lookup > 0 else [])  # fmt: skip
 
     def start(self) -> str:
         """Start the server (idempotent) and return its OpenAI base URL."""
