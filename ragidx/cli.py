@@ -81,11 +81,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
     shown = max(args.max_errors, 0)
     for error in report.errors[:shown]:
-        print(f"skipped {error}", file=sys.stderr)
+        print(f"skipped {printable(str(error))}", file=sys.stderr)  # file names and ids come from the data
     if len(report.errors) > shown:
         print(f"... and {len(report.errors) - shown} more skipped items", file=sys.stderr)
     if report.prune_skipped:
-        print(f"ragidx: {report.prune_skipped}", file=sys.stderr)
+        print(f"ragidx: {printable(str(report.prune_skipped))}", file=sys.stderr)
     print(json.dumps(report.as_dict()))
     if report.errors:
         print(

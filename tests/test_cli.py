@@ -76,6 +76,17 @@ def test_bad_lines_are_listed_and_the_rest_ingested(tmp_path: Path, capsys: pyte
     assert f"skipped {bad}:2: invalid JSON" in err and f"skipped {bad}:3: not UTF-8" in err
 
 
+def test_a_skipped_files_name_cannot_drive_the_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.md").write_text("# Margins\n\nSet page margins with Format > Page Style.\n", encoding="utf-8")
+    (folder / "evil\x1b[2J.md").write_bytes(b"")  # a zero-byte file: skipped, its name printed
+    assert main(["--data-dir", str(tmp_path / "d"), "ingest", str(folder), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if line.startswith("skipped ")]
+    assert "\x1b" not in line and "evil" in line and "[2J.md" in line
+
+
 def test_missing_path_and_empty_kb_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--data-dir", str(tmp_path), "ingest", str(tmp_path / "nope.jsonl")]) == 1
     assert "no such file or folder" in capsys.readouterr().err
