@@ -689,6 +689,22 @@ class Engine(PromptMixin):
         )
         return result
 
+    def check_filters(self, filters: FilterSpec) -> None:
+        """Refuse, before any search, filters the index would refuse: a field no article carries, a value not of its
+        field's type (ValueError naming it and the filterable fields). For a question this is the clear error;
+        the agent's own search would only report it to the model. Stores that cannot tell (Weaviate) accept any
+        filter here and refuse it in the search.
+
+        Example:
+            >>> engine.check_filters({"no_such_field": "x"})  # doctest: +SKIP
+            Traceback (most recent call last):
+            ValueError: cannot filter on 'no_such_field': no article carries it; filterable fields are ...
+        """
+        scope = as_filters(filters)
+        check = getattr(self.chunk_store, "check_filters", None)
+        if scope is not None and check is not None:
+            check(scope)
+
     async def aretrieve(
         self,
         query: str,
