@@ -174,3 +174,15 @@ def test_check_filters_refuses_what_a_search_would_without_searching(engine: Eng
         engine.check_filters({"nope": 1})
     with pytest.raises(ValueError, match="'abc' is not a number"):
         engine.check_filters(parse_filters(["version>=abc"]))
+
+
+def test_a_principal_or_filters_that_are_not_one_are_refused_when_asked_not_when_read(engine: Engine) -> None:
+    # Every surface reads its filters and principal (one Scope) as it is called: the error comes at once, before the
+    # question waits for the model, also from the streaming forms, whose items nobody has read yet.
+    with pytest.raises(ValueError, match="not one string"):
+        engine.stream_ask("How are payroll slips printed?", groups="hr")
+    with pytest.raises(ValueError, match="not one string"):
+        engine.astream_ask("How are payroll slips printed?", groups="hr")
+    with pytest.raises(TypeError, match="filters must be"):
+        engine.as_query_engine(filters="product=writer")  # type: ignore[arg-type]
+    assert engine.model_queue.stats().waiting == 0 and engine.model_queue.stats().busy == 0
