@@ -298,17 +298,17 @@ def create_app(engine: Engine) -> FastAPI:
         if isinstance(filters, JSONResponse):
             return filters
         reader = _reader(request)
-        scope: dict[str, Any] = {"filters": filters, "user": reader.user, "groups": reader.groups, "history": history}
+        reading: dict[str, Any] = {"filters": filters, "user": reader.user, "groups": reader.groups, "history": history}
         if not data.get("stream"):
             try:
-                answer = await _unless_gone(request, engine.aask(question, **scope))
+                answer = await _unless_gone(request, engine.aask(question, **reading))
             except _ClientGone:
                 return Response(status_code=499)
             except Exception as exc:
                 return engine_error(exc)
             metrics.answered(answer)
             return chat_completion(answer, model=model_id)
-        stream = engine.astream_ask(question, **scope)
+        stream = engine.astream_ask(question, **reading)
         try:
             # a busy queue or a dead model is an HTTP error, not a broken stream; a client that hangs up while its
             # question waits for the model leaves the queue
