@@ -482,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve",
         help="an OpenAI-compatible HTTP server (POST /v1/chat/completions with citations, /v1/search, /metrics); "
-        "API keys from serve.api_keys, without them loopback only",
+        "API keys (each with its reader) from serve.keys, without them loopback only",
     )
     p.add_argument("--host", help="address to listen on (default: serve.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")

@@ -398,6 +398,64 @@ class QueueSettings(BaseModel):
         return self.slots if self.slots is not None else (1 if endpoint.is_local else 4)
 
 
+class ServerKey(BaseModel):
+    """One API key of ``ragidx serve`` and the reader its requests run as (see ``docs/guide/serving.md``).
+
+    The key is given as ``key`` or, better, as ``key_env``: the name of the environment variable holding it, so
+    the configuration file can be shared without secrets. ``user`` and ``groups`` are the principal every
+    request made with the key runs as; a key with neither is the public reader (public articles only).
+
+    Example:
+        >>> ServerKey(key_env="RAGIDX_KEY_ANN", user="ann", groups=["hr"]).user
+        'ann'
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: SecretStr | None = Field(default=None, description="The key itself (secret: never logged or shown).")
+    key_env: str | None = Field(
+        default=None, description="Or the environment variable holding the key, read when the server starts."
+    )
+    user: str | None = Field(default=None, description="The user requests with this key run as (user:NAME).")
+    groups: list[str] = Field(default_factory=list, description="The groups of that user (group:NAME).")
+
+    @field_validator("user")
+    @classmethod
+    def _named(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("user must be a non-empty name, or left out for the public reader")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: list[str]) -> list[str]:
+        if any(not g.strip() for g in value):
+            raise ValueError("groups must be non-empty names")
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ServerKey:
+        if (self.key is None) == (self.key_env is None):
+            raise ValueError("a serve.keys entry needs either key or key_env (the variable holding the key)")
+        return self
+
+    def secret(self) -> str:
+        """The key: ``key``, or the value of the variable ``key_env`` names.
+
+        Raises:
+            ValueError: the variable is not set, or the key is empty (the message names the variable, never a key).
+        """
+        if self.key is not None:
+            value = self.key.get_secret_value()
+            where = "serve.keys: a key"
+        else:
+            value = os.environ.get(self.key_env or "", "")
+            where = f"serve.keys: the variable {self.key_env}"
+        if not value.strip():
+            raise ValueError(f"{where} is empty or not set; set it to the key clients send")
+        return value.strip()
+
+
 class ServerSettings(BaseModel):
     """``ragidx serve``: the OpenAI-compatible HTTP server.
 
@@ -408,12 +466,18 @@ class ServerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = Field(default="127.0.0.1", description="Address to listen on. Without api_keys only loopback.")
+    host: str = Field(default="127.0.0.1", description="Address to listen on. Without keys only loopback.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port to listen on (0: any free port).")
+    keys: list[ServerKey] = Field(
+        default_factory=list,
+        description="API keys, each with the reader its requests run as: [[serve.keys]] tables of key_env (or "
+        "key), user, groups. A key with neither user nor groups reads public articles only. No keys (here or "
+        "in api_keys): no key is asked, and the server binds and answers only loopback (127.0.0.1, ::1).",
+    )
     api_keys: list[SecretStr] = Field(
         default_factory=list,
-        description="Keys clients send as 'Authorization: Bearer KEY'. Empty: no key is asked, and the server "
-        'binds and answers only loopback (127.0.0.1, ::1). RAGIDX_SERVE__API_KEYS=\'["k1", "k2"]\'.',
+        description="Keys clients send as 'Authorization: Bearer KEY' that read public articles only (keys with "
+        'a reader: serve.keys). RAGIDX_SERVE__API_KEYS=\'["k1", "k2"]\'.',
     )
     model_name: str = Field(default="ragidx", description="The model id clients name (GET /v1/models).")
     max_request_bytes: int = Field(
@@ -422,6 +486,36 @@ class ServerSettings(BaseModel):
     max_question_chars: int = Field(
         default=8_000, ge=16, description="Longest last user message accepted (HTTP 400 past it)."
     )
+
+    @property
+    def has_keys(self) -> bool:
+        """Whether clients must send a key (and the server may listen beyond loopback)."""
+        return bool(self.keys or self.api_keys)
+
+    def key_readers(self) -> list[tuple[str, str | None, tuple[str, ...]]]:
+        """Every key with the user and groups its requests run as (``api_keys``: the public reader).
+
+        Raises:
+            ValueError: a ``key_env`` variable is not set, or one key is configured twice (which reader would it
+                be?); the message says which entry, never the key.
+        """
+        readers = [(k.secret(), k.user, tuple(k.groups)) for k in self.keys]
+        readers += [(k.get_secret_value().strip(), None, ()) for k in self.api_keys]
+        seen: dict[str, int] = {}
+        for i, (key, _, _) in enumerate(readers):
+            if not key:
+                raise ValueError("serve.api_keys holds an empty key")
+            if key in seen:
+                raise ValueError(
+                    f"serve keys: entries {_key_entry(seen[key], len(self.keys))} and {_key_entry(i, len(self.keys))} "
+                    "hold the same key; give each reader its own"
+                )
+            seen[key] = i
+        return readers
+
+
+def _key_entry(i: int, keyed: int) -> str:
+    return f"keys[{i}]" if i < keyed else f"api_keys[{i - keyed}]"
 
 
 class Settings(BaseSettings):

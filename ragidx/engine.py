@@ -49,7 +49,7 @@ from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
 from ragidx.providers.llms import LLMProvider
 from ragidx.providers.model_queue import EngineBusyError, ModelQueue
-from ragidx.stores.access import Principal
+from ragidx.stores.access import Principal, Scope
 from ragidx.stores.article_store import INDEXED, ArticleStore
 from ragidx.stores.factory import build_article_store, build_chunk_store
 from ragidx.stores.filters import FilterSpec, as_filters
@@ -130,7 +130,6 @@ class Engine(PromptMixin):
         self._retriever: Any | None = None
         self._flash_metrics: Any | None = None
         self._agent: Any | None = None
-        self._scoped_agents: dict[str, Any] = {}
         self._session_readers: dict[str, Principal] = {}
         self._memory: Any | None = None
         self._guards: Any | None = None
@@ -390,16 +389,15 @@ class Engine(PromptMixin):
         """The agent workflow (built once; starts the local model server if the LLM is local). Questions asked
         at the same time each get their own (:meth:`_borrow_agent`); this is the first of them. With ``filters``
         or a principal, an agent whose every search runs with them."""
-        scope = as_filters(filters)
-        principal = Principal.of(user, groups)
+        scope = Scope.of(filters, user, groups)
         with self._lock:
             if self._agent is None:
-                self._agent = self._build_agent()
+                self._agent = self._build_agent(Scope())
                 self._idle_agents.setdefault("", []).append(self._agent)
-            if scope is None and principal.is_public:
+            if scope.is_default:
                 return self._agent
-        agent, generation, key = self._borrow_agent(scope, principal)
-        self._return_agent(agent, generation, key)
+        agent, generation = self._borrow_agent(scope)
+        self._return_agent(agent, generation, scope)
         return agent
 
     @property
@@ -414,28 +412,26 @@ class Engine(PromptMixin):
                     )
         return self._queue
 
-    def _borrow_agent(self, scope: Any = None, principal: Principal | None = None) -> tuple[Any, int, str]:
-        """An agent no other question is using, for ``scope`` (filters) as ``principal``, the generation it belongs
-        to and its scope's key (see :meth:`_return_agent`).
+    def _borrow_agent(self, scope: Scope) -> tuple[Any, int]:
+        """An agent no other question is using, for ``scope``, and the generation it belongs to (see
+        :meth:`_return_agent`).
 
         A turn's state lives on its agent's parts (the budget's retrieval cap, the learned window shrink), so two
         questions answered at once never share one; a scoped agent's retrieval tool holds its filters and reader."""
         self.agent()  # the first one, and the local model server, exist
-        principal = principal or Principal()
-        key = "" if scope is None and principal.is_public else _scope_key(scope, principal)
         with self._lock:
             generation = self._generation
-            idle = self._idle_agents.pop(key, [])
+            idle = self._idle_agents.pop(scope.key, [])
             agent = idle.pop() if idle else None
             if idle:
-                self._idle_agents[key] = idle  # most recently used scope last
+                self._idle_agents[scope.key] = idle  # most recently used scope last
         if agent is None:
-            agent = self._build_agent() if key == "" else self._build_agent(scope, principal)
-        return agent, generation, key
+            agent = self._build_agent(scope)
+        return agent, generation
 
-    def _return_agent(self, agent: Any, generation: int, key: str = "") -> None:
+    def _return_agent(self, agent: Any, generation: int, scope: Scope) -> None:
         with self._lock:
-            idle = self._idle_agents.setdefault(key, [])
+            idle = self._idle_agents.setdefault(scope.key, [])
             if generation == self._generation and len(idle) < self.model_queue.slots:
                 idle.append(agent)
             while len(self._idle_agents) > SCOPED_AGENTS:  # the least recently used scope goes
@@ -461,26 +457,17 @@ class Engine(PromptMixin):
             self._model_base = base
 
     @contextlib.asynccontextmanager
-    async def _turn(
-        self,
-        session_id: str | None,
-        history: Sequence[Any] | None,
-        filters: FilterSpec = None,
-        user: str | None = None,
-        groups: Any = None,
-    ) -> AsyncIterator[_Place]:
-        """A place in the model queue, a model server that runs, an agent of one's own (scoped to ``filters`` as
-        the principal), and the session the turn runs in (a throwaway one holding ``history`` when given)."""
+    async def _turn(self, session_id: str | None, history: Sequence[Any] | None, scope: Scope) -> AsyncIterator[_Place]:
+        """A place in the model queue, a model server that runs, an agent of one's own (its searches in ``scope``),
+        and the session the turn runs in (a throwaway one holding ``history`` when given)."""
         if history is not None and session_id is not None:
             raise ValueError("pass either session_id or history, not both")
-        principal = Principal.of(user, groups)
-        scope = as_filters(filters)
-        self._claim_session(session_id, principal)
+        self._claim_session(session_id, scope.principal)
         t0 = time.perf_counter()
         async with self.model_queue.aslot():
             waited = time.perf_counter() - t0
             await asyncio.to_thread(self._check_model_server)
-            agent, generation, key = await asyncio.to_thread(self._borrow_agent, scope, principal)
+            agent, generation = await asyncio.to_thread(self._borrow_agent, scope)
             if self._model_base is None and self.settings.llm.is_local:
                 self._model_base = _local_base(self._llm_provider, self.settings.llm)
             session = session_id
@@ -492,7 +479,7 @@ class Engine(PromptMixin):
             finally:
                 if history is not None and session is not None:
                     self.memory.clear(session)
-                self._return_agent(agent, generation, key)
+                self._return_agent(agent, generation, scope)
 
     # --- prompts (LlamaIndex's PromptMixin) -------------------------------------------------------------
     def _get_prompts(self) -> PromptDictType:
@@ -524,7 +511,7 @@ class Engine(PromptMixin):
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}
 
-    def _build_agent(self, filters: Any = None, principal: Principal | None = None) -> Any:
+    def _build_agent(self, scope: Scope) -> Any:
         from ragidx.agent.rewrite import CondenseRewriter, HeuristicRewriter
         from ragidx.agent.workflow import RagAgent
         from ragidx.budget import LLMSummaryCompressor, RetrievalCap
@@ -548,7 +535,7 @@ class Engine(PromptMixin):
         )
         return RagAgent(
             llm,
-            make_retrieve_context_tool(self.retriever, cap=cap, filters=filters, principal=principal),
+            make_retrieve_context_tool(self.retriever, cap=cap, filters=scope.filters, principal=scope.principal),
             budget,
             context_window=s.llm.context_window,
             max_output_tokens=s.llm.max_output_tokens,
@@ -684,10 +671,27 @@ class Engine(PromptMixin):
                 store's search before its top-k, so a narrow filter still returns its best ``top_k``.
             user, groups: who asks; only articles they may read are searched (default: the public).
         """
+        scope = Scope.of(filters, user, groups)
         result: list[Article] = self.retriever.retrieve(
-            query, top_k=top_k, filters=as_filters(filters), principal=Principal.of(user, groups)
+            query, top_k=top_k, filters=scope.filters, principal=scope.principal
         )
         return result
+
+    def check_filters(self, filters: FilterSpec) -> None:
+        """Refuse, before any search, filters the index would refuse: a field no article carries, a value not of its
+        field's type (ValueError naming it and the filterable fields). For a question this is the clear error;
+        the agent's own search would only report it to the model. Stores that cannot tell (Weaviate) accept any
+        filter here and refuse it in the search.
+
+        Example:
+            >>> engine.check_filters({"no_such_field": "x"})  # doctest: +SKIP
+            Traceback (most recent call last):
+            ValueError: cannot filter on 'no_such_field': no article carries it; filterable fields are ...
+        """
+        scope = as_filters(filters)
+        check = getattr(self.chunk_store, "check_filters", None)
+        if scope is not None and check is not None:
+            check(scope)
 
     async def aretrieve(
         self,
@@ -698,8 +702,9 @@ class Engine(PromptMixin):
         user: str | None = None,
         groups: Any = None,
     ) -> list[Article]:
+        scope = Scope.of(filters, user, groups)
         result: list[Article] = await self.retriever.aretrieve(
-            query, top_k=top_k, filters=as_filters(filters), principal=Principal.of(user, groups)
+            query, top_k=top_k, filters=scope.filters, principal=scope.principal
         )
         return result
 
@@ -746,9 +751,7 @@ class Engine(PromptMixin):
         Safe from many threads at once; the question waits its turn at the model
         (:attr:`model_queue`) and raises :class:`EngineBusyError` when the queue is full or the wait too long.
         """
-        return run_sync(
-            self.aask(question, session_id=session_id, filters=filters, user=user, groups=groups, history=history)
-        )
+        return run_sync(self._aask(question, session_id, Scope.of(filters, user, groups), history))
 
     async def aask(
         self,
@@ -760,7 +763,13 @@ class Engine(PromptMixin):
         groups: Any = None,
         history: Sequence[Any] | None = None,
     ) -> Any:
-        async with self._turn(session_id, history, filters, user, groups) as place:
+        """Async :meth:`ask`."""
+        return await self._aask(question, session_id, Scope.of(filters, user, groups), history)
+
+    async def _aask(
+        self, question: str, session_id: str | None, scope: Scope, history: Sequence[Any] | None = None
+    ) -> Any:
+        async with self._turn(session_id, history, scope) as place:
             answer = await place.agent.run(question=question, session_id=place.session)
         return place.finish(answer, history is not None)
 
@@ -775,7 +784,7 @@ class Engine(PromptMixin):
                 f"session {session_id!r} belongs to another reader; start a new session (another session_id)"
             )
 
-    async def astream_ask(
+    def astream_ask(
         self,
         question: str,
         session_id: str | None = None,
@@ -791,12 +800,24 @@ class Engine(PromptMixin):
         With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
         search with the articles it found, each prompt with its size, before the model reads it. A consumer that
         stops reading (a client gone) stops the turn: the model stops writing and the queue's place is freed.
-        ``filters``, ``user``, ``groups`` and ``history`` as for :meth:`ask`.
+        ``filters``, ``user``, ``groups`` and ``history`` as for :meth:`ask`; a filter or principal that is not one
+        raises here, before the question waits for the model.
         """
+        return self._astream_ask(question, session_id, Scope.of(filters, user, groups), history, progress=progress)
+
+    async def _astream_ask(
+        self,
+        question: str,
+        session_id: str | None,
+        scope: Scope,
+        history: Sequence[Any] | None = None,
+        *,
+        progress: bool = False,
+    ) -> AsyncGenerator[Any, None]:
         from ragidx.agent.answer import Progress
         from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
-        async with self._turn(session_id, history, filters, user, groups) as place:
+        async with self._turn(session_id, history, scope) as place:
             handler = place.agent.run(question=question, session_id=place.session)
             try:
                 async for event in handler.stream_events():
@@ -828,12 +849,22 @@ class Engine(PromptMixin):
         history: Sequence[Any] | None = None,
     ) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
+        return self._stream_ask(question, session_id, Scope.of(filters, user, groups), history, progress=progress)
+
+    def _stream_ask(
+        self,
+        question: str,
+        session_id: str | None,
+        scope: Scope,
+        history: Sequence[Any] | None = None,
+        *,
+        progress: bool = False,
+    ) -> Iterator[Any]:
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
-        scope = {"filters": filters, "user": user, "groups": groups}
 
         async def pump() -> None:
             try:
-                stream = self.astream_ask(question, session_id=session_id, progress=progress, history=history, **scope)
+                stream = self._astream_ask(question, session_id, scope, history, progress=progress)
                 async for item in stream:
                     items.put(("item", item))
             except BaseException as exc:
@@ -861,8 +892,8 @@ class Engine(PromptMixin):
         search with ``filters`` as ``user``/``groups``."""
         from ragidx.retrieval.node_retriever import ArticleNodeRetriever
 
-        scoped = self.retriever.scoped(as_filters(filters), Principal.of(user, groups))
-        return ArticleNodeRetriever(scoped, top_k=top_k)
+        scope = Scope.of(filters, user, groups)
+        return ArticleNodeRetriever(self.retriever.scoped(scope.filters, scope.principal), top_k=top_k)
 
     def as_query_engine(
         self,
@@ -878,10 +909,8 @@ class Engine(PromptMixin):
         as ``user``/``groups``."""
         from ragidx.agent.query_engine import RagQueryEngine
 
-        return RagQueryEngine(self._asker(filters, user, groups), streaming=streaming, session_id=session_id)
-
-    def _asker(self, filters: FilterSpec, user: str | None, groups: Any) -> Any:
-        return ScopedAsker(self, as_filters(filters), Principal.of(user, groups))
+        asker = ScopedAsker(self, Scope.of(filters, user, groups))
+        return RagQueryEngine(asker, streaming=streaming, session_id=session_id)
 
     def retrieve_context_tool(self, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None) -> Any:
         """The ``retrieve_context`` ``FunctionTool`` over this engine's chain, for LlamaIndex's own agents:
@@ -890,8 +919,9 @@ class Engine(PromptMixin):
         it can find nothing else, whatever the model asks for."""
         from ragidx.tools.retrieve_context import make_retrieve_context_tool
 
+        scope = Scope.of(filters, user, groups)
         return make_retrieve_context_tool(
-            self.retriever, filters=as_filters(filters), principal=Principal.of(user, groups), cap=self.retrieval_cap
+            self.retriever, filters=scope.filters, principal=scope.principal, cap=self.retrieval_cap
         )
 
     # --- the budget on LlamaIndex's own agents (budgeted_llm + retrieve_context_tool share the cap) ---------
@@ -969,7 +999,7 @@ class Engine(PromptMixin):
         (:class:`~ragidx.agent.chat_engine.RagChatEngine`); every turn with ``filters`` as ``user``/``groups``."""
         from ragidx.agent.chat_engine import RagChatEngine
 
-        return RagChatEngine(self._asker(filters, user, groups), self.memory, session_id=session_id)
+        return RagChatEngine(ScopedAsker(self, Scope.of(filters, user, groups)), self.memory, session_id=session_id)
 
     def stats(self) -> dict[str, Any]:
         """Counts of articles and chunks (of this engine's tenant; without one, of no tenant), and where they live."""
@@ -1026,11 +1056,6 @@ def _local_base(provider: Any, endpoint: Any) -> str | None:
     return server.api_base if server.running else None
 
 
-def _scope_key(scope: Any, principal: Principal) -> str:
-    """Which pool of agents a scoped question borrows from: its reader and its filters."""
-    return f"{principal.principals!r}|{scope.model_dump_json() if scope is not None else ''}"
-
-
 SCOPED_AGENTS = 32
 """Agents kept for filtered or per-principal questions (each holds its scope's tool; the model is shared)."""
 
@@ -1041,25 +1066,25 @@ class ScopedAsker(PromptMixin):
     engine's (shared by every scope).
 
     Example:
-        >>> asker = ScopedAsker(engine, None, Principal(user="ann"))  # doctest: +SKIP
-        >>> asker.ask("How do I file expenses?").citations            # doctest: +SKIP
+        >>> asker = ScopedAsker(engine, Scope.of(user="ann"))  # doctest: +SKIP
+        >>> asker.ask("How do I file expenses?").citations     # doctest: +SKIP
     """
 
-    def __init__(self, engine: Engine, filters: Any, principal: Principal) -> None:
+    def __init__(self, engine: Engine, scope: Scope) -> None:
         self.engine = engine
-        self.scope: dict[str, Any] = {"filters": filters, "user": principal.user, "groups": principal.groups}
+        self.scope = scope
 
     def ask(self, question: str, session_id: str | None = None) -> Any:
-        return self.engine.ask(question, session_id=session_id, **self.scope)
+        return run_sync(self.engine._aask(question, session_id, self.scope))
 
     async def aask(self, question: str, session_id: str | None = None) -> Any:
-        return await self.engine.aask(question, session_id=session_id, **self.scope)
+        return await self.engine._aask(question, session_id, self.scope)
 
     def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[Any]:
-        return self.engine.stream_ask(question, session_id=session_id, **self.scope)
+        return self.engine._stream_ask(question, session_id, self.scope)
 
     def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
-        return self.engine.astream_ask(question, session_id=session_id, **self.scope)
+        return self.engine._astream_ask(question, session_id, self.scope)
 
     def _get_prompts(self) -> PromptDictType:
         prompts: PromptDictType = self.engine.get_prompts()

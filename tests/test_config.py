@@ -90,3 +90,63 @@ def test_endpoint_timeouts_default_short_for_endpoints_and_long_for_the_local_mo
     assert (s.llm.connect_timeout_s, s.llm.effective_read_timeout_s) == (2.0, 7.5)
     for field in ("connect_timeout_s", "read_timeout_s"):
         assert LLMEndpoint.model_fields[field].description  # documented
+
+
+def test_serve_keys_map_each_key_to_its_reader_from_toml_and_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toml = tmp_path / "ragidx.toml"
+    toml.write_text(
+        '[serve]\nhost = "0.0.0.0"\n\n[[serve.keys]]\nkey_env = "TEST_KEY_ANN"\nuser = "ann"\ngroups = ["hr", "hr"]\n\n'
+        '[[serve.keys]]\nkey_env = "TEST_KEY_WIDGET"\n'
+    )
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    monkeypatch.setenv("TEST_KEY_ANN", "sk-ann-1")
+    monkeypatch.setenv("TEST_KEY_WIDGET", " sk-widget-2 ")
+    monkeypatch.setenv("RAGIDX_SERVE__API_KEYS", '["sk-old-3"]')
+    serve = Settings().serve
+    assert serve.has_keys and serve.keys[0].groups == ["hr"]
+    assert serve.key_readers() == [("sk-ann-1", "ann", ("hr",)), ("sk-widget-2", None, ()), ("sk-old-3", None, ())]
+    shown = json.dumps(Settings().public_dict()) + repr(serve)
+    assert "TEST_KEY_ANN" in shown and "sk-ann-1" not in shown and "sk-old-3" not in shown
+    # the whole list from one variable, as JSON
+    monkeypatch.setenv("RAGIDX_SERVE__KEYS", '[{"key": "sk-bob-4", "user": "bob"}]')
+    assert Settings().serve.key_readers()[0] == ("sk-bob-4", "bob", ())
+
+
+@pytest.mark.parametrize(
+    ("keys", "api_keys", "message"),
+    [
+        ([{"key_env": "TEST_KEY_UNSET"}], [], "the variable TEST_KEY_UNSET is empty or not set"),
+        ([{"key": "k-1", "user": "ann"}], ["k-1"], r"keys\[0\] and api_keys\[0\] hold the same key"),
+        ([{"key": "k-1"}, {"key": "k-1", "groups": ["hr"]}], [], r"keys\[0\] and keys\[1\] hold the same key"),
+        ([], [" "], "empty key"),
+    ],
+)
+def test_serve_keys_that_cannot_work_are_refused_naming_the_entry_never_the_key(
+    keys: list[dict[str, object]], api_keys: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragidx.config import ServerSettings
+
+    monkeypatch.delenv("TEST_KEY_UNSET", raising=False)
+    serve = ServerSettings.model_validate({"keys": keys, "api_keys": api_keys})
+    with pytest.raises(ValueError, match=message) as caught:
+        serve.key_readers()
+    assert "k-1" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"user": "ann"}, "either key or key_env"),
+        ({"key": "k", "key_env": "K"}, "either key or key_env"),
+        ({"key": "k", "user": " "}, "non-empty name"),
+        ({"key": "k", "groups": [""]}, "non-empty names"),
+        ({"key": "k", "role": "admin"}, "Extra inputs"),
+    ],
+)
+def test_a_serve_key_entry_must_say_where_its_key_is_and_whose_it_is(entry: dict[str, object], message: str) -> None:
+    from ragidx.config import ServerKey
+
+    with pytest.raises(ValidationError, match=message):
+        ServerKey.model_validate(entry)

@@ -165,3 +165,24 @@ def test_a_bad_allowed_value_skips_the_article_instead_of_making_it_public(engin
     report = engine.ingest([bad], source_name="other")
     assert report.errors and "user:NAME" in report.errors[0] and report.new == 0
     assert "bad" not in kb_ids(engine.retrieve("print secrets", top_k=4))
+
+
+def test_check_filters_refuses_what_a_search_would_without_searching(engine: Engine) -> None:
+    engine.check_filters(None)
+    engine.check_filters({"product": "writer", "version": [7, 8]})
+    with pytest.raises(ValueError, match="cannot filter on 'nope': no article carries it; filterable fields are"):
+        engine.check_filters({"nope": 1})
+    with pytest.raises(ValueError, match="'abc' is not a number"):
+        engine.check_filters(parse_filters(["version>=abc"]))
+
+
+def test_a_principal_or_filters_that_are_not_one_are_refused_when_asked_not_when_read(engine: Engine) -> None:
+    # Every surface reads its filters and principal (one Scope) as it is called: the error comes at once, before the
+    # question waits for the model, also from the streaming forms, whose items nobody has read yet.
+    with pytest.raises(ValueError, match="not one string"):
+        engine.stream_ask("How are payroll slips printed?", groups="hr")
+    with pytest.raises(ValueError, match="not one string"):
+        engine.astream_ask("How are payroll slips printed?", groups="hr")
+    with pytest.raises(TypeError, match="filters must be"):
+        engine.as_query_engine(filters="product=writer")  # type: ignore[arg-type]
+    assert engine.model_queue.stats().waiting == 0 and engine.model_queue.stats().busy == 0

@@ -22,8 +22,9 @@ def check_bind(host: str, *, has_keys: bool) -> None:
     """Refuse to listen beyond loopback without an API key: anyone on the network could use the model."""
     if not has_keys and not is_loopback(host):
         raise ValueError(
-            f"serve.host {host} is not loopback and no API key is configured: set serve.api_keys "
-            "(RAGIDX_SERVE__API_KEYS='[\"KEY\"]') or listen on 127.0.0.1"
+            f"serve.host {host} is not loopback and no API key is configured: set serve.keys (a [[serve.keys]] "
+            "table with key_env, user, groups) or serve.api_keys (RAGIDX_SERVE__API_KEYS='[\"KEY\"]'), or listen on "
+            "127.0.0.1"
         )
 
 
@@ -34,7 +35,8 @@ def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> No
 
     from ragidx.engine import Engine
 
-    check_bind(settings.serve.host, has_keys=bool(settings.serve.api_keys))
+    check_bind(settings.serve.host, has_keys=settings.serve.has_keys)
+    settings.serve.key_readers()  # a key variable that is not set stops the server before the engine starts
     with Engine(settings) as engine:
         if warm_up:
             engine.warm_up()

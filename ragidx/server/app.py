@@ -7,12 +7,20 @@ Every route is a thin call into the engine; the queue, the sessions and the mode
   The answer carries ragidx's extra field ``ragidx`` (``text``, ``citations``, ``sources`` with their ranks,
   ``not_found``, ``reason``, ``queries``, ``timings``; on a stream, in the closing chunk) and ends with a
   "Sources:" block naming the cited articles, for clients that ignore extra fields.
-- ``POST /v1/search``: ``{"query", "top_k"}`` -> the ranked whole articles.
+- ``POST /v1/search``: ``{"query", "top_k", "filters"}`` -> the ranked whole articles.
 - ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
 
-Errors are OpenAI's error JSON: 400 malformed JSON or request, 401 a missing or wrong key, 403 a non-loopback
-client of a server without keys, 413 a request over ``serve.max_request_bytes``, 429 the model queue is full
-(``Retry-After``), 503 the local model is down, 502 a remote endpoint failed or refused.
+Who reads: each API key is a reader (``serve.keys``: a user and groups; a key without them, and every request to
+a server without keys, is the public reader). Every search a request makes runs as its key's reader, in the
+stores' queries, so an article that reader may not read reaches no answer, source, citation, search result or
+error. A request may narrow with ``filters`` (:func:`~ragidx.server.openai_format.read_filters`) but never
+names a reader: a body that does is refused (403), except OpenAI's own ``user`` field of a chat request, an
+end-user id for logs, which is ignored.
+
+Errors are OpenAI's error JSON: 400 malformed JSON or request (bad ``filters`` too), 401 a missing or wrong key,
+403 a non-loopback client of a server without keys or a body naming a reader, 413 a request over
+``serve.max_request_bytes``, 429 the model queue is full (``Retry-After``), 503 the local model is down, 502 a
+remote endpoint failed or refused.
 
 Example:
     >>> app = create_app(Engine(Settings(data_dir="/tmp/kb")))        # doctest: +SKIP
@@ -32,6 +40,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from llama_index.core.vector_stores.types import MetadataFilters
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -41,6 +50,8 @@ from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
 from ragidx.providers.local_llm import LocalModelError
 from ragidx.providers.model_queue import EngineBusyError
 from ragidx.server.openai_format import (
+    CHAT_READER_FIELDS,
+    READER_FIELDS,
     RequestError,
     chat_chunk,
     chat_completion,
@@ -48,7 +59,10 @@ from ragidx.server.openai_format import (
     completion_id,
     error_body,
     read_conversation,
+    read_filters,
+    refuse_reader_fields,
 )
+from ragidx.stores.access import Principal
 
 __all__ = ["create_app", "is_loopback"]
 
@@ -119,7 +133,7 @@ class _Metrics:
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving ``engine`` (the engine stays the caller's: close it after the server stops)."""
     settings = engine.settings.serve
-    keys = [k.get_secret_value() for k in settings.api_keys]
+    readers = [(key.encode(), Principal.of(user, groups)) for key, user, groups in settings.key_readers()]
     model_id = settings.model_name
     metrics = _Metrics(engine)
     app = FastAPI(title="ragidx", summary="OpenAI-compatible answers with citations from a knowledge base")
@@ -145,26 +159,31 @@ def create_app(engine: Engine) -> FastAPI:
         logger.exception("answering failed", exc_info=exc)
         return error(500, f"answering failed: {type(exc).__name__}: {exc}", kind="server_error", code="internal_error")
 
-    def refusal(request: Request) -> Response | None:
-        """Loopback only without keys; a key with them; a declared body within the size limit."""
+    def admission(request: Request) -> Response | Principal:
+        """Who the request reads as, or why it is refused: loopback only without keys (as the public reader); a
+        key with them (as its reader); a declared body within the size limit."""
         client = request.client.host if request.client else None
-        if not keys and not is_loopback(client):
+        if not readers and not is_loopback(client):
             return error(403, "this server has no API keys and answers only loopback clients", kind="permission_error")
-        if keys and request.url.path != "/health" and not _authorized(request.headers.get("authorization"), keys):
-            metrics.errors.labels("auth").inc()
-            return error(
-                401,
-                "missing or wrong API key: send 'Authorization: Bearer KEY' with a key from serve.api_keys",
-                kind="invalid_request_error",
-                code="invalid_api_key",
-            )
+        reader = Principal()
+        if readers and request.url.path != "/health":
+            found = _reader_of(request.headers.get("authorization"), readers)
+            if found is None:
+                metrics.errors.labels("auth").inc()
+                return error(
+                    401,
+                    "missing or wrong API key: send 'Authorization: Bearer KEY' with a key from serve.keys",
+                    kind="invalid_request_error",
+                    code="invalid_api_key",
+                )
+            reader = found
         if _declared_size(request) > settings.max_request_bytes:
             metrics.errors.labels("too_large").inc()
             return _too_large(settings.max_request_bytes)
-        return None
+        return reader
 
     # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
-    app.add_middleware(_Guard, refusal=refusal, counter=metrics.requests)
+    app.add_middleware(_Guard, admission=admission, counter=metrics.requests)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -192,8 +211,29 @@ def create_app(engine: Engine) -> FastAPI:
             metrics.errors.labels("too_large").inc()
             return _too_large(settings.max_request_bytes)
         except RequestError as exc:
-            metrics.errors.labels("bad_request").inc()
-            return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+            return bad_request(exc)
+
+    def bad_request(exc: RequestError) -> JSONResponse:
+        metrics.errors.labels("bad_request").inc()
+        return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+
+    async def narrowing(data: dict[str, Any], reader_fields: tuple[str, ...]) -> MetadataFilters | None | JSONResponse:
+        """The request's ``filters`` (None: none), checked against the index; or the 400 / 403 that refuses a bad
+        filter or a body naming a reader."""
+        try:
+            refuse_reader_fields(data, reader_fields)
+            filters = read_filters(data.get("filters"))
+            if filters is not None:
+                try:
+                    await asyncio.to_thread(engine.check_filters, filters)
+                except ValueError as exc:
+                    raise RequestError(f"filters: {exc}", param="filters") from None
+        except PermissionError as exc:
+            metrics.errors.labels("forbidden").inc()
+            return error(403, str(exc), kind="permission_error", code="reader_from_key")
+        except RequestError as exc:
+            return bad_request(exc)
+        return filters
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -213,6 +253,7 @@ def create_app(engine: Engine) -> FastAPI:
         data = await parsed(request)
         if isinstance(data, JSONResponse):
             return data
+        reader = _reader(request)
         query, top_k = data.get("query"), data.get("top_k")
         if not isinstance(query, str) or not query.strip():
             return JSONResponse(error_body("query must be a non-empty string", kind="invalid_request_error",
@@ -220,7 +261,15 @@ def create_app(engine: Engine) -> FastAPI:
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100):
             return JSONResponse(error_body("top_k must be an integer from 1 to 100", kind="invalid_request_error",
                                            param="top_k"), status_code=400)  # fmt: skip
-        articles = await asyncio.to_thread(engine.retrieve, query, top_k)
+        filters = await narrowing(data, READER_FIELDS)
+        if isinstance(filters, JSONResponse):
+            return filters
+        try:
+            articles = await asyncio.to_thread(
+                engine.retrieve, query, top_k, filters=filters, user=reader.user, groups=reader.groups
+            )
+        except Exception as exc:
+            return engine_error(exc)
         return {
             "object": "list",
             "query": query,
@@ -244,18 +293,22 @@ def create_app(engine: Engine) -> FastAPI:
         try:
             question, history = read_conversation(data.get("messages"), max_question_chars=settings.max_question_chars)
         except RequestError as exc:
-            metrics.errors.labels("bad_request").inc()
-            return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+            return bad_request(exc)
+        filters = await narrowing(data, CHAT_READER_FIELDS)
+        if isinstance(filters, JSONResponse):
+            return filters
+        reader = _reader(request)
+        reading: dict[str, Any] = {"filters": filters, "user": reader.user, "groups": reader.groups, "history": history}
         if not data.get("stream"):
             try:
-                answer = await _unless_gone(request, engine.aask(question, history=history))
+                answer = await _unless_gone(request, engine.aask(question, **reading))
             except _ClientGone:
                 return Response(status_code=499)
             except Exception as exc:
                 return engine_error(exc)
             metrics.answered(answer)
             return chat_completion(answer, model=model_id)
-        stream = engine.astream_ask(question, history=history)
+        stream = engine.astream_ask(question, **reading)
         try:
             # a busy queue or a dead model is an HTTP error, not a broken stream; a client that hangs up while its
             # question waits for the model leaves the queue
@@ -278,12 +331,24 @@ def create_app(engine: Engine) -> FastAPI:
 _ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/chat/completions"})
 
 
-class _Guard:
-    """ASGI middleware: answers a request ``refusal`` refuses, passes the others on; counts every response."""
+_READER = "ragidx_reader"
 
-    def __init__(self, app: ASGIApp, *, refusal: Callable[[Request], Response | None], counter: Counter) -> None:
+
+def _reader(request: Request) -> Principal:
+    """Who ``request`` reads as (set by :class:`_Guard` from its key; the public reader without keys)."""
+    reader = request.scope.get("state", {}).get(_READER)
+    if not isinstance(reader, Principal):  # never reached through _Guard: refuse rather than read as anyone
+        raise RuntimeError("the request passed no key check")
+    return reader
+
+
+class _Guard:
+    """ASGI middleware: answers a request ``admission`` refuses; passes the others on with the reader it admitted
+    them as (:func:`_reader`); counts every response."""
+
+    def __init__(self, app: ASGIApp, *, admission: Callable[[Request], Response | Principal], counter: Counter) -> None:
         self.app = app
-        self.refusal = refusal
+        self.admission = admission
         self.counter = counter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -292,11 +357,12 @@ class _Guard:
             return
         path = scope.get("path", "")
         route = path if path in _ROUTES else "other"
-        refused = self.refusal(Request(scope))
-        if refused is not None:
-            self.counter.labels(route, str(refused.status_code)).inc()
-            await refused(scope, receive, send)
+        admitted = self.admission(Request(scope))
+        if isinstance(admitted, Response):
+            self.counter.labels(route, str(admitted.status_code)).inc()
+            await admitted(scope, receive, send)
             return
+        scope.setdefault("state", {})[_READER] = admitted
 
         async def counted(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -331,11 +397,17 @@ async def _unless_gone(request: Request, awaitable: Awaitable[T]) -> T:
 _DISCONNECT_POLL_S = 0.5
 
 
-def _authorized(header: str | None, keys: list[str]) -> bool:
+def _reader_of(header: str | None, readers: list[tuple[bytes, Principal]]) -> Principal | None:
+    """The reader of the key in an ``Authorization: Bearer KEY`` header; None: no key, or not one of ours. Every
+    key is compared in constant time, and all of them, so the time taken tells nothing about which matched."""
     if not header or not header.lower().startswith("bearer "):
-        return False
+        return None
     given = header[7:].strip().encode()
-    return any(hmac.compare_digest(given, key.encode()) for key in keys)
+    found = None
+    for key, reader in readers:
+        if hmac.compare_digest(given, key):
+            found = reader
+    return found
 
 
 def _declared_size(request: Request) -> int:

@@ -13,16 +13,21 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
 
 from ragidx.agent.answer import Answer
+from ragidx.stores.filters import as_filters, parse_filter
 
 __all__ = [
+    "CHAT_READER_FIELDS",
+    "READER_FIELDS",
     "RequestError",
     "answer_extra",
     "chat_chunk",
@@ -30,10 +35,19 @@ __all__ = [
     "completion_id",
     "error_body",
     "read_conversation",
+    "read_filters",
+    "refuse_reader_fields",
     "sources_block",
 ]
 
 SOURCES_TITLE = "Sources:"
+MAX_FILTER_CONDITIONS = 32
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+READER_FIELDS = ("user", "groups", "group", "principal", "principals")
+"""Body fields that would name a reader: the reader comes from the API key, so a request naming one is refused."""
+CHAT_READER_FIELDS = tuple(f for f in READER_FIELDS if f != "user")
+"""The same for a chat request, where ``user`` is OpenAI's own field (an end-user id for the provider's logs, sent
+by some clients): it is ignored, never read as a reader."""
 _OWN_SOURCES = re.compile(r"\n\nSources:\n(?:\[\d+\] [^\n]*\n?)+\s*\Z")
 
 
@@ -98,6 +112,75 @@ def read_conversation(messages: Any, *, max_question_chars: int = 8000) -> tuple
     roles = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
     history = [ChatMessage(role=roles[role], content=text) for role, text in turns[:-1] if text.strip()]
     return question, history
+
+
+def read_filters(value: Any) -> MetadataFilters | None:
+    """A request's ``filters`` field: an object ``{"field": value or [values]}`` (equals, or any of the list), or
+    a list of condition strings as ``ragidx search --filter`` takes them (``"version>=7.4"``); all together.
+    None or an empty object or list: no filter.
+
+    Raises:
+        RequestError: neither shape, a field name that is not one, a value that is not text, a number or
+            true/false (or a non-empty list of them), a condition that does not parse, or more than
+            ``MAX_FILTER_CONDITIONS`` conditions. Unknown fields and values of the wrong type are the engine's
+            to refuse (:meth:`ragidx.engine.Engine.check_filters`).
+    """
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        _check_count(len(value))
+        for field, given in value.items():
+            if not _FIELD.match(field):
+                raise RequestError(f"filters: {field!r} is not a field name (letters, digits, _)", param="filters")
+            items = given if isinstance(given, list) else [given]
+            if not items:
+                raise RequestError(f"filters.{field}: an empty list matches nothing; give one value or more",
+                                   param="filters")  # fmt: skip
+            if not all(isinstance(v, str | int | float | bool) and _finite(v) for v in items):
+                raise RequestError(
+                    f"filters.{field}: a value must be text, a number or true/false (or a list of them)",
+                    param="filters",
+                )
+        return as_filters(value)
+    if isinstance(value, list):
+        _check_count(len(value))
+        conditions: list[MetadataFilter | MetadataFilters] = []
+        for i, expression in enumerate(value):
+            if not isinstance(expression, str):
+                raise RequestError(f"filters[{i}] must be a condition string like 'product=writer'", param="filters")
+            try:
+                conditions.append(parse_filter(expression))
+            except ValueError as exc:
+                raise RequestError(f"filters[{i}]: {exc}", param="filters") from None
+        return MetadataFilters(filters=conditions, condition=FilterCondition.AND) if conditions else None
+    raise RequestError(
+        'filters must be an object {"field": value} or a list of conditions ["field>=value"]', param="filters"
+    )
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_FILTER_CONDITIONS:
+        raise RequestError(f"filters: {count} conditions; at most {MAX_FILTER_CONDITIONS} are accepted",
+                           param="filters")  # fmt: skip
+
+
+def refuse_reader_fields(body: dict[str, Any], fields: tuple[str, ...] = READER_FIELDS) -> None:
+    """Refuse a request that names a reader (``fields`` present in ``body``): whom a request reads as comes from
+    its API key alone, so a body cannot ask to read as someone else.
+
+    Raises:
+        PermissionError: the first such field, with what to do instead.
+    """
+    named = next((f for f in fields if f in body), None)
+    if named is not None:
+        raise PermissionError(
+            f"the request names a reader ({named!r}); requests read as their API key's user and groups "
+            "(serve.keys): use that reader's key, or narrow with 'filters'"
+        )
 
 
 def sources_block(answer: Answer) -> str:

@@ -26,12 +26,15 @@ from typing import Any
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
+from ragidx.stores.filters import FilterSpec, as_filters
+
 __all__ = [
     "ALLOWED",
     "PREFIXES",
     "PUBLIC",
     "InvalidPermissions",
     "Principal",
+    "Scope",
     "access_filter",
     "allowed_of",
     "scoped_filters",
@@ -145,3 +148,44 @@ def scoped_filters(filters: MetadataFilters | None, principal: Principal | None)
     if filters is None or not filters.filters:
         return access
     return MetadataFilters(filters=[filters, access], condition=FilterCondition.AND)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a query may read: its ``filters`` (None: none), as its ``principal``. One value for what the API takes
+    as three keywords (``filters=``, ``user=``, ``groups=``), read once and handed on whole.
+
+    Example:
+        >>> scope = Scope.of({"product": "writer"}, user="ann")
+        >>> scope.principal.principals, scope.is_default, Scope().is_default
+        (('user:ann',), False, True)
+        >>> Scope().key
+        ''
+    """
+
+    filters: MetadataFilters | None = None
+    principal: Principal = PUBLIC_PRINCIPAL
+
+    @classmethod
+    def of(cls, filters: FilterSpec = None, user: str | None = None, groups: Iterable[str] | None = None) -> Scope:
+        """The scope of the API's keywords (a mapping or ``MetadataFilters``; a user; group names).
+
+        Raises:
+            ValueError, TypeError: a principal or filters that are not one (see :class:`Principal`, ``as_filters``).
+        """
+        return cls(as_filters(filters), Principal.of(user, groups))
+
+    @property
+    def is_default(self) -> bool:
+        """No filters, as the public: what a query runs with when none is given."""
+        return self.filters is None and self.principal.is_public
+
+    @property
+    def key(self) -> str:
+        """The same for equal scopes, and ``""`` for the default one (what the engine's agents are pooled by)."""
+        if self.is_default:
+            return ""
+        return f"{self.principal.principals!r}|{self.filters.model_dump_json() if self.filters is not None else ''}"
+
+    def __hash__(self) -> int:  # MetadataFilters is not hashable: equal scopes have equal keys
+        return hash(self.key)

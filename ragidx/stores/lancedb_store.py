@@ -180,6 +180,20 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             return {}
         return {key: _type_name(kind) for key, (_, kind) in _filter_columns(table.schema).items()}
 
+    def check_filters(self, filters: MetadataFilters) -> None:
+        """Refuse ``filters`` a search would refuse, without searching: a field no article carries, a value not of
+        its field's type, an operator the field cannot take (ValueError, saying which and the fields there are).
+        An empty index takes any filter (and finds nothing).
+
+        Example:
+            >>> store.check_filters(parse_filters(["version>=abc"]))  # doctest: +SKIP
+            Traceback (most recent call last):
+            ValueError: filter 'version': 'abc' is not a number, which this field holds
+        """
+        table = self._open()
+        if table is not None:
+            filters_to_sql(filters, _filter_columns(table.schema))
+
     def _schema(self, dim: int) -> pa.Schema:
         metadata = {TERMS_FORMAT_KEY: str(TERMS_FORMAT).encode()}
         if self._model_name:

@@ -66,3 +66,27 @@ def test_a_stream_closes_with_what_differs_from_the_streamed_words() -> None:
         "\n\nThis reply is not an answer from the knowledge base: off topic.\nI could not find it."
     )
     assert closing_text("", declined) == "I could not find it."
+
+
+def test_filters_are_read_from_an_object_or_a_list_of_conditions() -> None:
+    from llama_index.core.vector_stores.types import FilterOperator
+
+    from ragidx.server.openai_format import read_filters
+
+    as_object = read_filters({"product": "writer", "version": [7, 7.5], "draft": False})
+    assert as_object is not None
+    assert [(f.key, f.operator, f.value) for f in as_object.filters] == [  # type: ignore[union-attr]
+        ("product", FilterOperator.EQ, "writer"),
+        ("version", FilterOperator.IN, [7, 7.5]),
+        ("draft", FilterOperator.EQ, "false"),
+    ]
+    as_list = read_filters(["version>=7.4", "product not in calc,impress"])
+    assert as_list is not None
+    assert [(f.key, f.operator, f.value) for f in as_list.filters] == [  # type: ignore[union-attr]
+        ("version", FilterOperator.GTE, "7.4"),
+        ("product", FilterOperator.NIN, ["calc", "impress"]),
+    ]
+    assert read_filters(None) is None and read_filters({}) is None and read_filters([]) is None
+    with pytest.raises(RequestError, match="a value must be text") as caught:
+        read_filters({"version": float("nan")})
+    assert caught.value.param == "filters"
