@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from ingestion.pipeline import Ingestor, IngestReport
-from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, language_sample, read_source
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
@@ -634,8 +634,7 @@ class Engine(PromptMixin):
             )
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
-            if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here
-                sample = read_source(path)
+            sample = language_sample(path)  # JSONL read again (cheap): "auto" draws languages across it
         else:
             items, name, total = source, source_name or "api", None
         items = self.choose_embedding(items, sample=sample)
