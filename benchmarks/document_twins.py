@@ -16,8 +16,8 @@ gold ids: nDCG@10, hit@1 and hit@10, with ingest seconds and articles (and PDF p
 the local one by default), one variant after the other. Each question's gold ids are rewritten to the twin's ids
 (``0007.pdf``), so citation precision and recall are judged as on the original; the rows written to
 ``--out-dir`` carry the cited and shown ids mapped back to the original ids, for comparing variants question by
-question. Containment, citation precision and "not found" are reported per variant, with their difference to the
-original.
+question (``answers-FMT-twin-ids.jsonl`` is written as each question is scored, with the twins' ids).
+Containment, citation precision and "not found" are reported per variant, with their difference to the original.
 """
 
 from __future__ import annotations
@@ -133,11 +133,13 @@ def answer_variant(
 ) -> dict[str, Any]:
     ids = {} if fmt == "jsonl" else twin_ids(fmt, twin_map)
     back = {v: k for k, v in ids.items()}
-    with Engine(Settings(data_dir=data_dir)) as engine:
-        report = engine.ingest(path)
-        summary, rows = evaluate_answers(engine, [to_twin(q, ids) for q in questions])
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+    live = out_dir / f"answers-{fmt}-twin-ids.jsonl" if out_dir is not None else None  # each row as it is scored
+    with Engine(Settings(data_dir=data_dir)) as engine:
+        report = engine.ingest(path)
+        summary, rows = evaluate_answers(engine, [to_twin(q, ids) for q in questions], out=live)
+    if out_dir is not None:
         lines = [json.dumps(to_original(r, back), ensure_ascii=False) for r in rows]
         (out_dir / f"answers-{fmt}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return {
