@@ -2,19 +2,28 @@
 
 Navigation only. The sidebar's settings choose the engine (built once, cached); the pages live in
 ``ragidx/dashboard/pages/`` and their logic in ``ragidx.dashboard``.
+
+This file has two roles. ``streamlit run`` imports it to find ``app`` (an ``st.App``): Streamlit served with one
+route more, ``documents/<kb_id>``, which serves the ingested files a citation links to, at their page
+(:mod:`ragidx.dashboard.documents`). Every browser session then runs it as the page script (``__main__``).
 """
 
 import streamlit as st
 
 from ragidx.dashboard import views
 
-st.set_page_config(page_title="ragidx", page_icon=":material/menu_book:", layout="wide")
-page = st.navigation(
-    [
-        st.Page("ragidx/dashboard/pages/chat.py", title="Chat", icon=":material/chat:", default=True),
-        st.Page("ragidx/dashboard/pages/ingest.py", title="Ingest", icon=":material/upload_file:"),
-        st.Page("ragidx/dashboard/pages/evaluation.py", title="Evaluation", icon=":material/monitoring:"),
-    ]
-)
-views.sidebar()
-page.run()
+if __name__ == "__main__":  # a session's run of the page script
+    st.set_page_config(page_title="ragidx", page_icon=":material/menu_book:", layout="wide")
+    page = st.navigation(
+        [
+            st.Page("ragidx/dashboard/pages/chat.py", title="Chat", icon=":material/chat:", default=True),
+            st.Page("ragidx/dashboard/pages/ingest.py", title="Ingest", icon=":material/upload_file:"),
+            st.Page("ragidx/dashboard/pages/evaluation.py", title="Evaluation", icon=":material/monitoring:"),
+        ]
+    )
+    views.sidebar()
+    page.run()
+else:  # imported by `streamlit run`: the app it serves
+    from ragidx.dashboard.documents import document_routes
+
+    app = st.App(__file__, routes=document_routes(views.shared_engine, st.get_option("server.baseUrlPath")))

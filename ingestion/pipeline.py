@@ -27,7 +27,8 @@ Each chunk carries its article's language (``lang`` in the input, else ``default
 detected by ``ragidx.language``): the chunk store stems its full text in that language.
 
 A document's chunks carry the section they start in (``SectionTagger``: ``section``, ``heading_path``,
-``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text.
+``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text. A
+PDF's chunks never span a page break (``PageSplitter``), so a chunk's page holds all of its text.
 
 Every article is read for instruction-like text (``ragidx.safety.injection.flag_article``) before it is stored:
 one that holds some carries ``injection_flags`` in its metadata, is logged, and is counted in the report
@@ -54,7 +55,7 @@ from typing import Any, Protocol
 
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import BaseNode, Document, TransformComponent
+from llama_index.core.schema import BaseNode, Document, NodeRelationship, RelatedNodeInfo, TransformComponent
 
 from ingestion.sources import FILE_STAMP, SourceError, SourceItem
 from ragidx.article import SECTIONS, Article, location_url
@@ -101,6 +102,49 @@ class ChunkNumberer(TransformComponent):
         return out
 
 
+class PageSplitter(TransformComponent):
+    """Splits a paged document (a PDF: its sections carry ``page``) into one document per page, so that no chunk
+    spans a page break: a chunk's page is then the page its text is on, and a citation of it opens at the page
+    that holds the passage (a chunk begun at the foot of page 1 would send the reader to page 1 for a value on
+    page 2). LlamaIndex's own PDF readers give a document per page for the same reason. Each part keeps the
+    article's metadata, with its own sections (offsets from the part's start), and an id of its own
+    (``kb_id#page=N``: LlamaIndex's splitter finds a chunk's parent by its id); ``SectionTagger`` gives the
+    chunks their article back as their source. Other documents pass unchanged."""
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        out: list[BaseNode] = []
+        for node in nodes:
+            sections = node.metadata.get(SECTIONS) or []
+            pages = [s.get("page") for s in sections]
+            if len({p for p in pages if p is not None}) < 2 or not isinstance(node, Document):
+                out.append(node)
+                continue
+            text = node.get_content()
+            runs: list[list[dict[str, Any]]] = []  # consecutive sections on one page
+            for section in sections:
+                if runs and runs[-1][-1].get("page") == section.get("page"):
+                    runs[-1].append(section)
+                else:
+                    runs.append([section])
+            for i, run in enumerate(runs):
+                start = int(run[0]["start"])
+                end = int(runs[i + 1][0]["start"]) if i + 1 < len(runs) else len(text)
+                part = text[start:end].rstrip()
+                if not part.strip():
+                    continue
+                meta = {**node.metadata, SECTIONS: [{**s, "start": int(s["start"]) - start} for s in run]}
+                out.append(
+                    Document(
+                        id_=f"{node.id_}#page={run[0].get('page')}",
+                        text=part,
+                        metadata=meta,
+                        excluded_embed_metadata_keys=list(node.excluded_embed_metadata_keys),
+                        excluded_llm_metadata_keys=list(node.excluded_llm_metadata_keys),
+                    )
+                )
+        return out
+
+
 class SectionTagger(TransformComponent):
     """Gives each chunk of a document the section it starts in: ``section``, ``heading_path`` (``"A > B"``),
     ``page`` (PDF),
@@ -116,6 +160,9 @@ class SectionTagger(TransformComponent):
                 out.append(node)
                 continue
             copy = node.model_copy(deep=False)
+            kb_id = node.metadata.get("kb_id")
+            if kb_id and node.ref_doc_id != kb_id:  # a page of a PDF (PageSplitter): the source is its article
+                copy.relationships = {**node.relationships, NodeRelationship.SOURCE: RelatedNodeInfo(node_id=kb_id)}
             meta = {k: v for k, v in node.metadata.items() if k != SECTIONS}
             start = getattr(node, "start_char_idx", None) or 0
             text = node.get_content()
@@ -244,7 +291,8 @@ class Ingestor:
             # No in-memory transformation cache: it kept every batch's nodes and vectors for the pipeline's
             # life (3.9 GB at 100k chunks); the article ledger already makes re-ingesting free.
             self._pipeline = IngestionPipeline(
-                transformations=[splitter, SectionTagger(), ChunkNumberer(), self.embed_model], disable_cache=True
+                transformations=[PageSplitter(), splitter, SectionTagger(), ChunkNumberer(), self.embed_model],
+                disable_cache=True,
             )
         return self._pipeline
 

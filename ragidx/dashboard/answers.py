@@ -18,6 +18,7 @@ from ragidx.agent.answer import Answer, Progress
 from ragidx.agent.guards import StreamFilter
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
+from ragidx.dashboard.documents import document_link
 from ragidx.safe_text import printable, web_url
 from ragidx.safety.injection import flags_of
 
@@ -72,14 +73,17 @@ def safe_markdown(text: str) -> str:
     return _REFERENCE.sub(reference, _AUTOLINK.sub(autolink, _INLINE_TARGET.sub(inline, text)))
 
 
-def citation_lines(answer: Answer) -> list[str]:
+def citation_lines(answer: Answer, *, served_files: bool = False) -> list[str]:
     """``[n] [title](url)`` per cited article, then the section or page of a document the citation points at (its
     url opens there: ``manual.pdf#page=12``). The kb_id stands in for a missing URL and for one that is not
-    http(s), which is never made a link (``javascript:``, ``data:``). Titles, ids and URLs are escaped."""
+    http(s), which is never made a link (``javascript:``, ``data:``). Titles, ids and URLs are escaped.
+
+    ``served_files``: the dashboard serves ingested files (:mod:`ragidx.dashboard.documents`), so a ``file://``
+    citation links to the dashboard's copy at its place (``documents/manual.pdf#page=12``)."""
     lines = []
     for c in answer.citations:
         title = _md_escape(c.title or c.kb_id)
-        link = web_url(c.url)
+        link = web_url(c.url) or (document_link(c.kb_id, c.url) if served_files else None)
         line = f"[{c.number}] [{title}]({link})" if link else f"[{c.number}] {title} ({_md_escape(c.kb_id)})"
         lines.append(f"{line} — {_md_escape(c.where)}" if c.where else line)
     return lines

@@ -3,6 +3,12 @@
 A bad upload never reaches the engine silently: an empty file, an unsupported type or a file in
 which not one article could be read each get a message saying what to upload instead.
 
+An uploaded document (PDF, Word, HTML, Markdown, text) is kept in ``<data_dir>/uploads/``, where it was
+ingested from, so that the dashboard can serve it when an answer cites it (:mod:`ragidx.dashboard.documents`):
+a citation opens the PDF at its page. A JSONL upload is read from a temporary copy (its articles carry their own
+urls). A document that cannot be read is not kept, and a failed upload of a name uploaded before leaves the
+earlier file as it was.
+
 Example:
     >>> check_upload("notes.csv", b"a,b").split(". ")[0]
     "notes.csv: unsupported file type '.csv'"
@@ -15,6 +21,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +96,40 @@ def _counted(items: Iterable[SourceItem], total: int, on_progress: ProgressFn | 
             on_progress(done, total)
 
 
+UPLOADS_DIR = "uploads"
+"""Where uploaded documents are kept, under the data dir."""
+
+
+def _ingest(engine: Any, path: Path, name: str, on_progress: ProgressFn | None, batch_articles: int) -> Any:
+    total = count_items(path)
+    items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=read_source(path))
+    ingestor = engine.ingestor()
+    ingestor.batch_articles = batch_articles
+    return ingestor.ingest(items, source=name)
+
+
+@contextmanager
+def _kept(path: Path, data: bytes) -> Iterator[Callable[[bool], None]]:
+    """``path`` written with ``data`` for the block; the block says whether to keep it (else, and on an error, the
+    file that was there before comes back, or none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = path.with_name(f".{path.name}.previous")
+    had = path.exists()
+    if had:
+        path.replace(previous)
+    keep = [False]
+    try:
+        path.write_bytes(data)
+        yield lambda ok: keep.__setitem__(0, ok)
+    finally:
+        if keep[0]:
+            previous.unlink(missing_ok=True)
+        elif had:
+            previous.replace(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def ingest_upload(
     engine: Any,
     name: str,
@@ -110,14 +151,16 @@ def ingest_upload(
     problem = check_upload(name, data)
     if problem:
         return UploadResult(name, error=problem)
-    with tempfile.TemporaryDirectory(prefix="ragidx-upload-") as tmp:
-        path = Path(tmp) / _safe_name(name)
-        path.write_bytes(data)
-        total = count_items(path)
-        items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=read_source(path))
-        ingestor = engine.ingestor()
-        ingestor.batch_articles = batch_articles
-        report = ingestor.ingest(items, source=name)
+    if Path(name).suffix.lower() in DOCUMENT_SUFFIXES:
+        path = Path(engine.settings.data_dir) / UPLOADS_DIR / _safe_name(name)
+        with _kept(path, data) as keep:
+            report = _ingest(engine, path, name, on_progress, batch_articles)
+            keep(report.seen > 0)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ragidx-upload-") as tmp:
+            path = Path(tmp) / _safe_name(name)
+            path.write_bytes(data)
+            report = _ingest(engine, path, name, on_progress, batch_articles)
     skipped = [e.replace(str(path), name) for e in report.errors]
     if report.seen == 0:
         first = "; ".join(skipped[:3]) or "no article found"

@@ -81,6 +81,11 @@ def derived_engine(spec: str, base_settings: Settings, settings: Settings) -> An
     return derive_engine(base_engine(spec, base_settings), settings)
 
 
+def shared_engine() -> Any:
+    """The base engine, outside any session (the document route reads its article store)."""
+    return base_engine(factory_spec(), Settings())
+
+
 def current_engine() -> Any:
     """The engine the sidebar chose in this run (the base engine if the sidebar did not run)."""
     engine = st.session_state.get(ENGINE_KEY)
@@ -269,7 +274,7 @@ def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
     if answer.not_found:
         why = f" Why: {printable(answer.not_found_reason)}." if answer.not_found_reason else ""
         st.info(f"Not found in the knowledge base: no article is cited.{why}")
-    lines = citation_lines(answer)
+    lines = citation_lines(answer, served_files=True)  # streamlit_app.py serves the ingested files
     guards = guard_caption(answer)
     if guards:
         st.caption(guards)

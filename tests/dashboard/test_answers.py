@@ -44,6 +44,13 @@ def test_citation_lines_show_the_page_and_section_a_document_citation_links_to()
     answer = Answer(question="q", text="t [1]", citations=[local])
     assert citation_lines(answer) == ["[1] Guide (guide.pdf) — p. 2, Naming Cells"]
     assert answer.render().splitlines()[-1] == "[1] Guide (p. 2, Naming Cells) — file:///kb/guide.pdf#page=2"
+    # ... unless the dashboard serves the ingested files: then it links to its copy, at the page
+    served = Citation(1, "manuals/Calc guide(2).pdf", "Guide", "file:///kb/manuals/Calc%20guide(2).pdf#page=2")
+    answer = Answer(question="q", text="t [1]", citations=[local, served])
+    assert citation_lines(answer, served_files=True) == [
+        "[1] [Guide](documents/guide.pdf#page=2) — p. 2, Naming Cells",
+        "[1] [Guide](documents/manuals/Calc%20guide%282%29.pdf#page=2)",
+    ]
 
 
 @pytest.mark.parametrize(

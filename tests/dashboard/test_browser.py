@@ -19,7 +19,9 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,14 +68,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.
     raise TimeoutError(f"streamlit did not become healthy at {url} in {timeout:.0f}s")
 
 
-@pytest.fixture
-def app_url(tmp_path: Path, writer_kb_file: str) -> Iterator[str]:
-    """The dashboard served on a free loopback port over 26 real Writer articles embedded with MiniLM."""
-    from tests.dashboard.fakes import make_minilm_engine
-
-    data_dir = tmp_path / "data"
-    with make_minilm_engine(Settings(data_dir=data_dir)) as engine:
-        assert engine.ingest(writer_kb_file).new == 26
+@contextmanager
+def _dashboard(tmp_path: Path, data_dir: Path) -> Iterator[str]:
+    """``streamlit run streamlit_app.py`` on a free loopback port over ``data_dir``; its URL."""
     port = _free_port()
     env = {
         **os.environ,
@@ -105,10 +102,9 @@ def app_url(tmp_path: Path, writer_kb_file: str) -> Iterator[str]:
         print((tmp_path / "streamlit.log").read_text(errors="replace")[-3000:])
 
 
-def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) -> None:
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "dashboard_chat.png"
+@contextmanager
+def _chromium(tmp_path: Path, playwright: Any) -> Iterator[Any]:
+    """A headless Debian Chromium (never a downloaded browser) with a tall window."""
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"),
@@ -117,6 +113,29 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             headless=True,
             viewport={"width": 1400, "height": 2400},  # tall: the whole answer fits without scrolling
         )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def app_url(tmp_path: Path, writer_kb_file: str) -> Iterator[str]:
+    """The dashboard served on a free loopback port over 26 real Writer articles embedded with MiniLM."""
+    from tests.dashboard.fakes import make_minilm_engine
+
+    data_dir = tmp_path / "data"
+    with make_minilm_engine(Settings(data_dir=data_dir)) as engine:
+        assert engine.ingest(writer_kb_file).new == 26
+    with _dashboard(tmp_path, data_dir) as url:
+        yield url
+
+
+def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard_chat.png"
+    with _chromium(tmp_path, playwright) as browser:
         try:
             page = browser.pages[0] if browser.pages else browser.new_page()
             page.set_default_timeout(120_000)
@@ -155,6 +174,65 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "dashboard_chat_failure.png"), full_page=True)
             raise
-        finally:
-            browser.close()
     assert shot.stat().st_size > 10_000
+
+
+@pytest.fixture
+def pdf_app_url(tmp_path: Path) -> Iterator[str]:
+    """The dashboard over a real PDF (``tests/fixtures/docs/guide.pdf``: three LibreOffice help articles written as
+    a 4-page PDF by ``soffice``), ingested from a folder as ``manuals/Calc guide.pdf`` and embedded with MiniLM."""
+    from tests.dashboard.fakes import make_minilm_engine
+
+    folder = tmp_path / "kb" / "manuals"
+    folder.mkdir(parents=True)
+    (folder / "Calc guide.pdf").write_bytes((ROOT / "tests" / "fixtures" / "docs" / "guide.pdf").read_bytes())
+    data_dir = tmp_path / "data"
+    with make_minilm_engine(Settings(data_dir=data_dir)) as engine:
+        assert engine.ingest(tmp_path / "kb").new == 1
+    with _dashboard(tmp_path, data_dir) as url:
+        yield url
+
+
+def test_a_cited_pdf_opens_in_chromium_at_the_page_that_holds_the_value(pdf_app_url: str, tmp_path: Path) -> None:
+    """Ask for a value on page 2 of the PDF, click the answer's citation: the browser opens the dashboard's copy
+    of the PDF at ``#page=2``, and page 2 of the file it got holds the value.
+
+    Headless Chromium opens the PDF in its viewer but draws no page of it (``dashboard_pdf_opened.png`` is the
+    viewer's empty frame), so the check is the URL the click opened and the text of that page of the bytes the
+    dashboard served (pypdf)."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download)")
+    import pypdf
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with _chromium(tmp_path, playwright) as browser:
+        page = browser.pages[0] if browser.pages else browser.new_page()
+        page.set_default_timeout(120_000)
+        try:
+            page.goto(pdf_app_url)
+            page.get_by_text("Knowledge base: 1 articles", exact=False).wait_for()
+            box = page.get_by_placeholder("Ask a question about the knowledge base")
+            box.fill("What is the result of SUM('Column One')?")
+            box.press("Enter")
+            answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+            answer.get_by_text("Sources").wait_for()
+            assert "p. 2" in answer.inner_text()  # the source line says the page
+            link = answer.get_by_role("link", name="Calc and Writer guide").first
+            assert link.get_attribute("href") == "documents/manuals/Calc%20guide.pdf#page=2"
+            page.screenshot(path=str(ARTIFACTS / "dashboard_pdf_citation.png"), full_page=True)
+            with browser.expect_page() as opened:  # the citation opens in a new tab
+                link.click()
+            tab = opened.value
+            tab.wait_for_load_state()
+            opened_url = tab.url
+            tab.screenshot(path=str(ARTIFACTS / "dashboard_pdf_opened.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "dashboard_pdf_citation_failure.png"), full_page=True)
+            raise
+        assert opened_url == f"{pdf_app_url}/documents/manuals/Calc%20guide.pdf#page=2", opened_url
+        served = browser.request.get(opened_url.split("#", 1)[0])
+        assert served.status == 200 and served.headers["content-type"] == "application/pdf"
+        pdf = tmp_path / "served.pdf"
+        pdf.write_bytes(served.body())
+    pages = [p.extract_text() for p in pypdf.PdfReader(pdf).pages]
+    assert "SUM('Column One'), is 600" in " ".join(pages[1].split())  # page 2 (#page=2) holds the value
+    assert not any("is 600" in " ".join(p.split()) for i, p in enumerate(pages) if i != 1)

@@ -40,3 +40,20 @@ def test_an_upload_without_one_readable_article_is_an_error(tmp_path: Path) -> N
     assert not result.ok and result.error is not None
     assert result.error.startswith("bad.jsonl: no article could be read (bad.jsonl:1:")
     assert "bad.jsonl:2: not UTF-8" in result.error and "/tmp" not in result.error
+
+
+def test_an_uploaded_document_is_kept_where_a_citation_can_open_it(tmp_path: Path) -> None:
+    from ragidx.dashboard.documents import resolve_document
+
+    pdf = (Path(__file__).resolve().parents[1] / "fixtures" / "docs" / "guide.pdf").read_bytes()
+    with make_engine(Settings(data_dir=tmp_path / "data")) as engine:
+        assert ingest_upload(engine, "Calc guide.pdf", pdf).ok
+        kept = tmp_path / "data" / "uploads" / "Calc_guide.pdf"
+        assert kept.read_bytes() == pdf
+        assert resolve_document(engine.article_store, "Calc_guide.pdf").path == kept.resolve()
+        # a broken upload under the same name is refused and leaves the file the index was built from
+        broken = ingest_upload(engine, "Calc guide.pdf", b"%PDF-1.4 broken")
+        assert not broken.ok and kept.read_bytes() == pdf
+        assert resolve_document(engine.article_store, "Calc_guide.pdf").path == kept.resolve()
+        assert not ingest_upload(engine, "other.pdf", b"%PDF-1.4 broken").ok
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["Calc_guide.pdf"]
