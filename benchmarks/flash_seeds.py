@@ -123,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "chain_hit": bool(gold & set(chain_top)),
                  "chain_precision": round(len(gold & set(chain_top)) / len(chain_top), 3) if chain_top else 0.0,
                  "seconds": round(seconds, 1), "prompt_tokens_shown": res.prompt_tokens_shown,
-                 "answer_tokens_whole": whole, "answer_tokens_excerpts": with_excerpts, "excerpts_used": excerpts}
+                 "answer_tokens_whole": whole, "answer_tokens_excerpts": with_excerpts, "excerpts_used": excerpts,
+                 "excerpts_given": sum(bool(sel.excerpt) for sel in res.selections),
+                 "excerpts_dropped": res.excerpts_dropped}
             )  # fmt: skip
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
 
@@ -159,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "answer_tokens_whole": sum(r["answer_tokens_whole"] for r in qs),
             "answer_tokens_excerpts": sum(r["answer_tokens_excerpts"] for r in qs),
             "excerpts_used": sum(r["excerpts_used"] for r in qs),
+            "excerpts_given": sum(r["excerpts_given"] for r in qs),
+            "excerpts_dropped": sum(r["excerpts_dropped"] for r in qs),
         }
     cs = [r for r in rows if r["part"] == "conversations"]
     for mode in ("alone", "conversation"):
