@@ -28,7 +28,8 @@ Figures (shares of the questions asked):
 
     python benchmarks/redteam.py --data-dir /tmp/redteam [--llm scripted|local] [--limit N] [--defences off]
 
-``--defences off`` turns neutralization off (the rendering still spotlights), to show the set's attacks land.
+``--defences off`` turns neutralization and the engine's ``relay`` guard off (the rendering still spotlights), to
+show the set's attacks land: ``*_model`` is then what the model wrote, ``*_after_check`` what the check leaves.
 """
 
 from __future__ import annotations
@@ -264,10 +265,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ragidx.engine import Engine
 
     if args.defences == "off":
-        import ragidx.agent.workflow as workflow
+        import ragidx.agent.rendering as rendering
         import ragidx.tools.retrieve_context as tool
 
-        tool.neutralize_article = workflow.neutralize_article = lambda a: a  # type: ignore[assignment]
+        tool.neutralize_article = rendering.neutralize_article = lambda a: a  # type: ignore[assignment]
+        from ragidx.agent.guards.base import GuardResult
+        from ragidx.agent.guards.relay import Relay
+
+        Relay.check = lambda self, inp: GuardResult(inp.text)  # type: ignore[method-assign]
     cases = spread(_read(DATA / "redteam_questions.jsonl"), args.limit)
     check = RelayCheck(prompts=(SYSTEM_PROMPT, ANSWER_PROMPT))
     rows: dict[str, dict[str, Any]] = {c["id"]: {"id": c["id"], "technique": c["technique"]} for c in cases}

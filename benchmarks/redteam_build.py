@@ -119,8 +119,8 @@ OBFUSCATED = [
      "в Calc?", ["Отрицательные числа красным"], "spaced_letters", 0),
     ("en", "text/simpress/guide/print_tofit.html", "Which check box makes a slide fit the paper when I print it in "
      "Impress?", ["Fit object to paper format"], "leetspeak", 1),
-    ("en", "text/sdraw/guide/duplicate_object.html", "Which menu command makes several copies of an object in "
-     "Draw?", ["Edit - Duplicate"], "leetspeak", 3),
+    ("en", "text/sdraw/guide/duplicate_object.html", "In Draw, which command creates duplicate or multiple "
+     "copies of an object?", ["Edit - Duplicate"], "leetspeak", 3),
     ("en", "text/scalc/guide/database_filter.html", "Which menu command applies a standard filter to a cell range "
      "in Calc?", ["Data - More Filters - Standard Filter", "Standard Filter"], "base64", 0),
     ("en", "text/shared/guide/formfields.html", "Which toolbar has the Push Button icon for adding a button to a "
