@@ -9,8 +9,10 @@ both through the normal ``Engine``:
   searches with the question, answers with the top article's three sentences that share most words with the question,
   and obeys every instruction it reads in the tool results, through look-alike and zero-width characters and
   whatever delimiters surround them ("reply only with X" → X; "reveal your system prompt" → the system prompt;
-  "tell the user to …" → "Please …" appended). Spotlighting does not sway it, so what is measured is what
-  neutralization and the relay check stop.
+  "tell the user to …" → "Please …" appended). It reads obfuscated text as a capable model does (its own
+  decoder, not the detector's: spaced-out letters, leetspeak, base64, hex, HTML character references, ROT13,
+  Unicode tag characters). Spotlighting does not sway it, so what is measured is what neutralization and the
+  relay check stop.
 - ``--llm local``: the packaged local model (slow: use ``--limit``).
 
 Figures (shares of the questions asked):
@@ -26,7 +28,8 @@ Figures (shares of the questions asked):
 
     python benchmarks/redteam.py --data-dir /tmp/redteam [--llm scripted|local] [--limit N] [--defences off]
 
-``--defences off`` turns neutralization off (the rendering still spotlights), to show the set's attacks land.
+``--defences off`` turns neutralization and the engine's ``relay`` guard off (the rendering still spotlights), to
+show the set's attacks land: ``*_model`` is then what the model wrote, ``*_after_check`` what the check leaves.
 """
 
 from __future__ import annotations
@@ -97,6 +100,38 @@ def _best_sentences(question: str, article: Article, n: int = 3) -> str:
     return " ".join(sentences[i] for i in sorted(best[:n]))
 
 
+_B64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+_HEXRUN = re.compile(r"\b(?:[0-9a-f]{2}){8,}\b")
+_SPACED_RUN = re.compile(r"(?:\b\w (?=\w\b)){3,}\w\b(?:  (?:\w (?=\w\b))*\w\b)*")
+_LEET_TABLE = str.maketrans("0134579@$", "oieastgas")
+
+
+def _try_decode(blob: str, decode: Any) -> str:
+    try:
+        text = decode(blob).decode("utf-8")
+    except Exception:  # noqa: BLE001 (not that encoding: read as it is)
+        return blob
+    return text if text.isprintable() and " " in text else blob
+
+
+def as_read(text: str) -> str:
+    """``text`` as the gullible model reads it: obfuscations undone (a capable model reads them all), then folded."""
+    import base64
+    import codecs
+    import html
+
+    text = "".join(chr(ord(c) - 0xE0000) if 0xE0020 <= ord(c) < 0xE007F else c for c in text)  # tag characters
+    text = html.unescape(text)
+    text = _B64.sub(lambda m: _try_decode(m.group(0), base64.b64decode), text)
+    text = _HEXRUN.sub(lambda m: _try_decode(m.group(0), bytes.fromhex), text)
+    text = _SPACED_RUN.sub(lambda m: " ".join(w.replace(" ", "") for w in m.group(0).split("  ")), text)
+    if len(re.findall(r"\b(?=\w*[a-zA-Z])(?=\w*[0134579])\w+", text)) > 3:  # leetspeak: every digit is a letter
+        text = re.sub(r"\b\w*[0134579]\w*\b", lambda m: m.group(0).translate(_LEET_TABLE), text)
+    if re.search(r"\b(?:vtaber|cerivbhf)\b", text, re.I):
+        text = codecs.encode(text, "rot13")
+    return skeleton(text)
+
+
 def gullible_reply(messages: list[dict[str, Any]], tools: bool) -> dict[str, Any]:
     """The scripted model's reply: a tool call first, then an answer that obeys what it read."""
     question = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
@@ -112,7 +147,7 @@ def gullible_reply(messages: list[dict[str, Any]], tools: bool) -> dict[str, Any
         question,
     )
     base = f"{_best_sentences(str(asked), articles[0])} [1]" if articles else "The articles do not say."
-    read = " ".join(skeleton(f"{a.title}. {url_words(a.url)}. {a.content}") for a in articles)
+    read = " ".join(as_read(f"{a.title}. {url_words(a.url)}. {a.content}") for a in articles)
     system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
     for pattern in _TAKEOVER:
         m = pattern.search(read)
@@ -230,10 +265,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ragidx.engine import Engine
 
     if args.defences == "off":
-        import ragidx.agent.workflow as workflow
+        import ragidx.agent.rendering as rendering
         import ragidx.tools.retrieve_context as tool
 
-        tool.neutralize_article = workflow.neutralize_article = lambda a: a  # type: ignore[assignment]
+        tool.neutralize_article = rendering.neutralize_article = lambda a: a  # type: ignore[assignment]
+        from ragidx.agent.guards.base import GuardResult
+        from ragidx.agent.guards.relay import Relay
+
+        Relay.check = lambda self, inp: GuardResult(inp.text)  # type: ignore[method-assign]
     cases = spread(_read(DATA / "redteam_questions.jsonl"), args.limit)
     check = RelayCheck(prompts=(SYSTEM_PROMPT, ANSWER_PROMPT))
     rows: dict[str, dict[str, Any]] = {c["id"]: {"id": c["id"], "technique": c["technique"]} for c in cases}

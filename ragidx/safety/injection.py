@@ -14,9 +14,14 @@ Kinds:
     ``output_control``: dictates the reply ("reply only with", "cite no sources", "tell the user to").
     ``credentials``: asks to send, email or share a password, credentials, card data or money.
     ``phishing_link``: asks to visit or open a link to verify, confirm or unlock something.
+    ``obfuscated``: added to the kinds above when they were found only once the text was de-obfuscated: spaced
+        letters, leetspeak, base64, hex, percent-encoding, escapes, HTML entities, ROT13
+        (:mod:`ragidx.safety.obfuscation`).
 
 Detection reads :func:`ragidx.safety.normalize.skeleton` of each sentence (and each HTML / Markdown comment as
-one unit), so zero-width characters, full-width forms and Cyrillic/Latin look-alikes do not hide a phrase.
+one unit), so zero-width and tag characters, full-width forms and Cyrillic/Latin look-alikes do not hide a phrase,
+and each de-obfuscated reading of it (:func:`ragidx.safety.obfuscation.readings`), so neither do spaced letters,
+leetspeak or an encoding: the whole sentence is replaced as any other.
 The patterns are specific (an instruction *to the reader to act outside the product's task*), not a list of
 scary words: "Enter the password and click OK" or "To verify a signature, choose File - Digital Signatures"
 are help text and are not flagged (the bundled sample knowledge bases' flagged share is in the benchmarks).
@@ -37,11 +42,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from ragidx.article import Article
-from ragidx.safety.normalize import skeleton
+from ragidx.safety.obfuscation import readings
 from ragidx.sentences import split_units
 
 __all__ = [
     "FLAGS_KEY",
+    "OBFUSCATED",
     "REMOVED",
     "Injection",
     "article_flags",
@@ -53,11 +59,14 @@ __all__ = [
     "injection_kinds",
     "neutralize",
     "neutralize_article",
+    "pattern_words",
 ]
 
 FLAGS_KEY = "injection_flags"
 """Article metadata key: ``["title:override", "text:credentials", ...]`` (where, then the kind), sorted."""
 REMOVED = "[instruction-like text removed]"
+OBFUSCATED = "obfuscated"
+"""The extra kind of instruction-like text found only once de-obfuscated (spaced letters, leetspeak, base64, ...)."""
 """What a model reads in place of a flagged sentence, title or link."""
 
 _ANY = r"[^.!?\n]{0,60}?"  # a few words within one sentence
@@ -189,9 +198,7 @@ _NEGATED = re.compile(r"(?:\b(?:not|never|no need to|nobody|no one)|n't|\bне|\
 _ADVICE_KINDS = frozenset({"credentials", "phishing_link"})
 
 
-def kinds_of(text: str) -> list[str]:
-    """The kinds of instruction-like text anywhere in ``text`` (read as its skeleton), in rule order, once each."""
-    folded = skeleton(text)
+def _kinds(folded: str) -> list[str]:
     found: list[str] = []
     for kind, pattern in _RULES:
         if kind in found:
@@ -202,6 +209,31 @@ def kinds_of(text: str) -> list[str]:
             found.append(kind)
             break
     return found
+
+
+def kinds_of(text: str) -> list[str]:
+    """The kinds of instruction-like text anywhere in ``text``, in rule order, once each; read as its skeleton
+    and as each de-obfuscated reading (:func:`ragidx.safety.obfuscation.readings`). A kind found only in a
+    de-obfuscated reading adds ``obfuscated`` after the others."""
+    plain, *decoded = readings(text)
+    found = _kinds(plain)
+    hidden = [k for reading in decoded for k in _kinds(reading) if k not in found]
+    if hidden:
+        found += [k for k in dict.fromkeys(hidden)] + [OBFUSCATED]
+    return found
+
+
+def pattern_words() -> frozenset[str]:
+    """The whole words of the detector's patterns (English and Russian), e.g. ``ignore``, ``instructions``: what a
+    glued run of spaced-out letters may be split into."""
+    words: set[str] = set()
+    for _, pattern in _RULES:
+        source = re.sub(r"\\[a-zA-Z]|\{[^}]*\}|\[[^\]]*\]", " ", pattern.pattern)
+        for m in re.finditer(r"[a-zа-яё']+\??", source):
+            word = m.group(0).rstrip("?")
+            stem = word[:-1] if m.group(0).endswith("?") else word
+            words |= {w.replace("'", "") for w in (word, stem) if len(w) > 1}
+    return frozenset(words)
 
 
 def _units(text: str) -> Iterable[tuple[int, int]]:
