@@ -168,6 +168,7 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
     if nested is not None and not isinstance(nested, dict):
         return SourceError(path, line_no, f"article {kb_id!r}: 'metadata' must be a JSON object")
     extra = {**(nested or {}), **{k: v for k, v in data.items() if k not in _RECORD_FIELDS}}
+    extra.pop(FILE_STAMP, None)  # ingestion's own: it says a file was read from disk (the dashboard then serves it)
     return Article(
         kb_id=str(kb_id).strip(),
         title=title,

@@ -25,32 +25,40 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Any:
-    """An engine over a folder of real documents, plus a JSONL whose urls point at files it never read."""
+    """An engine over a folder of real documents (one of them restricted to group hr), plus a JSONL whose urls
+    point at files it never read."""
     folder = tmp_path / "kb"
     (folder / "manuals").mkdir(parents=True)
-    for name, target in (("guide.pdf", "manuals/Calc guide.pdf"), ("guide.html", "guide.html")):
+    for name, target in (
+        ("guide.pdf", "manuals/Calc guide.pdf"),
+        ("guide.html", "guide.html"),
+        ("guide.pdf", "secret.pdf"),
+    ):
         (folder / target).write_bytes((FIXTURES / name).read_bytes())
-    secret = tmp_path / "secret.pdf"
-    secret.write_bytes((FIXTURES / "guide.pdf").read_bytes())
-    stat = secret.stat()
+    outside = tmp_path / "stolen.pdf"
+    outside.write_bytes((FIXTURES / "guide.pdf").read_bytes())
+    stat = outside.stat()
     lines = [
-        # a url is data: a JSONL line may point anywhere, even with a file_stamp in its metadata
+        # a url is data: a JSONL line may point anywhere, even with a file_stamp of the right size and time
         {"id": "passwd", "title": "x", "text": "x", "url": "file:///etc/passwd"},
         {
-            "id": "secret.pdf",
+            "id": "stolen.pdf",
             "title": "HR",
             "text": "payroll",
-            "url": secret.as_uri(),
-            "metadata": {"file_stamp": f"{stat.st_size}:{stat.st_mtime_ns}", "allowed": ["group:hr"]},
+            "url": outside.as_uri(),
+            "metadata": {"file_stamp": f"{stat.st_size}:{stat.st_mtime_ns}"},
         },
         {"id": "web", "title": "Web", "text": "published", "url": "https://docs.example/web.html"},
     ]
     extra = tmp_path / "extra.jsonl"
     extra.write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
     engine = make_engine(Settings(data_dir=tmp_path / "data"))
-    assert engine.ingest(folder).new == 2
+    assert engine.ingest(folder).new == 3
     assert engine.ingest(extra).new == 3
-    yield engine, folder, secret
+    # documents carry no ACL of their own yet: restrict the ingested one in the store, as a re-ingest with one would
+    stored = engine.article_store.get(["secret.pdf"])["secret.pdf"]
+    engine.article_store.save_pending([stored.with_metadata(allowed=["group:hr"])])
+    yield engine, folder, folder / "secret.pdf"
     engine.close()
 
 
@@ -77,6 +85,7 @@ def test_an_ingested_file_is_served_as_its_type(kb: Any) -> None:
         ("nothing.pdf", 404),  # no such article
         ("secret.pdf", 404),  # restricted: the public is told it does not exist
         ("passwd", 404),  # its url names a file ingestion never read
+        ("stolen.pdf", 404),  # a JSONL line cannot claim ingestion's file stamp
         ("web", 404),  # published elsewhere: its own link
     ],
 )

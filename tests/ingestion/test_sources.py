@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestion.sources import MAX_ARTICLE_CHARS, SourceError, read_document, read_source
+from ingestion.sources import FILE_STAMP, MAX_ARTICLE_CHARS, SourceError, read_document, read_source
 from ragidx.article import SECTIONS, Article
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
@@ -27,6 +27,15 @@ def test_jsonl_reads_articles_with_language_and_source(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "kb.jsonl", [good(1, lang="ru", source="help")])
     [a] = list(read_source(path))
     assert a == Article("k1", "T1", "u1", "text 1", language="ru", metadata={"source": "help"})
+
+
+def test_a_jsonl_line_cannot_claim_to_be_a_file_read_from_disk(tmp_path: Path) -> None:
+    # file_stamp is ingestion's own mark of a document it read (the dashboard serves such files): never from data
+    line = good(1, url="file:///home/ann/private/report.pdf", file_stamp="1234:1700000000000000000")
+    nested = json.dumps({"id": "k2", "text": "t", "metadata": {"file_stamp": "1:2", "team": "hr"}}).encode()
+    first, second = read_source(write_lines(tmp_path / "kb.jsonl", [line, nested]))
+    assert isinstance(first, Article) and isinstance(second, Article)
+    assert FILE_STAMP not in first.metadata and second.metadata == {"team": "hr"}
 
 
 def test_every_kind_of_bad_line_is_named_by_file_and_line_and_the_rest_is_read(tmp_path: Path) -> None:
