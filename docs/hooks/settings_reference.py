@@ -41,7 +41,7 @@ _FIELD = re.compile(r"^\s{4}(?P<name>[a-z_][a-z0-9_]*)\s*:")
 
 def settings_reference_markdown() -> str:
     """The reference tables in Markdown: top-level settings by section, then each nested model's fields."""
-    from ragidx.config import FlashSettings, LLMEndpoint, Settings
+    from ragidx.config import FlashSettings, LLMEndpoint, QueueSettings, ServerKey, ServerSettings, Settings
 
     parts: list[str] = []
     for title, names in _sections(Settings):
@@ -59,6 +59,19 @@ def settings_reference_markdown() -> str:
     parts.append(
         _table(FlashSettings, list(FlashSettings.model_fields), env_prefix="RAGIDX_FLASH__", toml_table="flash")
     )
+    parts.append("### `[queue]`: how questions take turns at the chat model (`QueueSettings`)\n")
+    parts.append(_paragraph(QueueSettings))
+    parts.append(
+        _table(QueueSettings, list(QueueSettings.model_fields), env_prefix="RAGIDX_QUEUE__", toml_table="queue")
+    )
+    parts.append("### `[serve]`: `ragidx serve`, the HTTP server (`ServerSettings`)\n")
+    parts.append(_paragraph(ServerSettings))
+    parts.append(
+        _table(ServerSettings, list(ServerSettings.model_fields), env_prefix="RAGIDX_SERVE__", toml_table="serve")
+    )
+    parts.append("### `[[serve.keys]]`: an API key and the reader it reads as (`ServerKey`)\n")
+    parts.append(_paragraph(ServerKey) + "The whole list can also come from `RAGIDX_SERVE__KEYS` as JSON.\n")
+    parts.append(_table(ServerKey, list(ServerKey.model_fields), env_prefix=None, toml_table="serve.keys"))
     return "\n".join(parts)
 
 
@@ -87,13 +100,15 @@ def _paragraph(model: type[BaseModel]) -> str:
     return f"{first}\n\n" if first else ""
 
 
-def _table(model: type[BaseModel], names: list[str], *, env_prefix: str, toml_table: str | None) -> str:
+def _table(model: type[BaseModel], names: list[str], *, env_prefix: str | None, toml_table: str | None) -> str:
+    """One row per field; ``env_prefix`` None for a model with no variable of its own (an entry of a list)."""
     rows = ["| Setting and environment variable | Type and default | What it does |", "|---|---|---|"]
     for name in names:
         info = model.model_fields[name]
         key = f"{toml_table}.{name}" if toml_table else name
+        env = f"<br>`{env_prefix}{name.upper()}`" if env_prefix is not None else ""
         rows.append(
-            f"| `{key}`<br>`{env_prefix}{name.upper()}` | {_cell(_type(info.annotation))}<br>"
+            f"| `{key}`{env} | {_cell(_type(info.annotation))}<br>"
             f"default {_cell(_default(info))} | {_cell(_description(info))} |"
         )
     return "\n".join(rows) + "\n"
