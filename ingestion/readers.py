@@ -187,7 +187,7 @@ class PdfReader(BaseReader):
                 )
         if ruled:
             pages = _with_tables(file, pages, ruled)
-        title = meta_title or next((t for t, _, _ in toc if t), "") or _first_line("\n".join(pages)) or file.stem
+        title = meta_title or next((t for t, _, _ in toc if t), "") or first_line("\n".join(pages)) or file.stem
         return _documents(_pdf_sections(pages, toc), title, {**(extra_info or {}), **({"ocr": True} if ocr else {})})
 
 
@@ -346,7 +346,7 @@ class DocxReader(BaseReader):
                 current.append(text)
         close()
         core = (document.core_properties.title or "").strip()
-        title = title or core or _first_line("\n".join(s.text for s in sections)) or file.stem
+        title = title or core or first_line("\n".join(s.text for s in sections)) or file.stem
         return _documents(_merge_lists(sections), title, extra_info)
 
 
@@ -483,7 +483,7 @@ class MarkdownReader(BaseReader):
             found = re.search(r"(?m)^title:\s*['\"]?(.+?)['\"]?\s*$", front.group(1))
             title = found.group(1).strip() if found else ""
         first = re.search(r"(?m)^#\s+(.+?)\s*#*\s*$", text)
-        title = title or (first.group(1).strip() if first else "") or _first_line(text) or file.stem
+        title = title or (first.group(1).strip() if first else "") or first_line(text) or file.stem
         return _documents(_markdown_sections(text), title, extra_info)
 
 
@@ -497,7 +497,7 @@ class TextReader(BaseReader):
 
     def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
         text = _clean(decode_text(Path(file).read_bytes()))
-        return _documents([Section([], text)], _first_line(text) or file.stem, extra_info)
+        return _documents([Section([], text)], first_line(text) or file.stem, extra_info)
 
 
 def decode_text(raw: bytes) -> str:
@@ -508,7 +508,9 @@ def decode_text(raw: bytes) -> str:
         raise DocumentReadError(f"not UTF-8 (byte {exc.start}): re-encode the file as UTF-8") from exc
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text`` without Markdown heading marks, at most 200 characters: a title
+    for text that has none."""
     for line in text.splitlines():
         line = line.strip().lstrip("#").strip()
         if line:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError
+from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError, first_line
 from ragidx.article import SECTIONS, Article
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
             line_no,
             f"article {kb_id!r}: {len(text):,} characters exceeds {MAX_ARTICLE_CHARS:,}; split it",
         )
-    title = str(data.get("title") or "").strip() or _first_line(text)
+    title = str(data.get("title") or "").strip() or first_line(text)
     language = data.get("lang", data.get("language"))
     nested = data.get("metadata")
     if nested is not None and not isinstance(nested, dict):
@@ -340,11 +340,3 @@ def _os_reason(exc: OSError) -> str:
     if isinstance(exc, PermissionError):
         return "cannot be read (permission denied): give ragidx read access to it"
     return f"cannot be read ({exc.strerror or exc}): check the file and run again"
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip().lstrip("#").strip()
-        if line:
-            return line[:200]
-    return ""
