@@ -199,9 +199,9 @@ def test_a_cited_pdf_opens_in_chromium_at_the_page_that_holds_the_value(pdf_app_
 
     Headless Chromium opens the PDF in its viewer but draws no page of it (``dashboard_pdf_opened.png`` is the
     viewer's empty frame), so the check is the URL the click opened and the text of that page of the bytes the
-    dashboard served (pypdf)."""
+    dashboard served (pdfplumber)."""
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download)")
-    import pypdf
+    import pdfplumber
 
     ARTIFACTS.mkdir(exist_ok=True)
     with _chromium(tmp_path, playwright) as browser:
@@ -233,6 +233,7 @@ def test_a_cited_pdf_opens_in_chromium_at_the_page_that_holds_the_value(pdf_app_
         assert served.status == 200 and served.headers["content-type"] == "application/pdf"
         pdf = tmp_path / "served.pdf"
         pdf.write_bytes(served.body())
-    pages = [p.extract_text() for p in pypdf.PdfReader(pdf).pages]
+    with pdfplumber.open(pdf) as document:
+        pages = [p.extract_text() or "" for p in document.pages]
     assert "SUM('Column One'), is 600" in " ".join(pages[1].split())  # page 2 (#page=2) holds the value
     assert not any("is 600" in " ".join(p.split()) for i, p in enumerate(pages) if i != 1)

@@ -461,7 +461,7 @@ def test_each_document_chunk_carries_its_section_page_and_a_link_to_its_place(tm
 def test_a_pdf_chunk_never_spans_a_page_break_so_its_page_holds_its_text(tmp_path: Path) -> None:
     """A chunk begun at the foot of page 1 used to carry on into page 2 and link to page 1: a value on page 2
     (``SUM('Column One')`` is 600) was cited at page 1."""
-    import pypdf
+    import pdfplumber  # a reader independent of pdfium, which ragidx reads PDF text with
 
     from ingestion.sources import read_source
 
@@ -473,12 +473,13 @@ def test_a_pdf_chunk_never_spans_a_page_break_so_its_page_holds_its_text(tmp_pat
     pdf = [
         n for n in ing.vector_store.get_nodes(node_ids=[r["id"] for r in rows]) if n.metadata["kb_id"] == "guide.pdf"
     ]
-    pages = [" ".join(p.extract_text().split()) for p in pypdf.PdfReader(ROOT / "tests/fixtures/docs/guide.pdf").pages]
+    with pdfplumber.open(ROOT / "tests/fixtures/docs/guide.pdf") as document:
+        pages = [" ".join((p.extract_text() or "").split()) for p in document.pages]
     assert len(pages) == 4 and len(pdf) >= 4
     for node in pdf:
         words = [w for w in node.get_content().split() if w.strip("|-")]  # table rules are Markdown, not text
         page = pages[node.metadata["page"] - 1]
-        # the chunk's text is on its page (pypdf and pdfium split a few words differently: at most a few miss;
+        # the chunk's text is on its page (pdfminer and pdfium split a few words differently: at most a few miss;
         # a chunk running on past the page misses a third of its words and more)
         assert sum(w in page for w in words) >= 0.9 * len(words), (node.metadata["page"], words[:12])
         assert node.ref_doc_id == "guide.pdf"  # its source is the article (Weaviate deletes chunks by it)
