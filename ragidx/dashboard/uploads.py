@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestion.sources import DOCUMENT_SUFFIXES, SourceItem, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, SourceItem, language_sample, read_source
 
 __all__ = ["ACCEPTED_SUFFIXES", "UploadResult", "check_upload", "count_items", "ingest_upload"]
 
@@ -102,7 +102,8 @@ UPLOADS_DIR = "uploads"
 
 def _ingest(engine: Any, path: Path, name: str, on_progress: ProgressFn | None, batch_articles: int) -> Any:
     total = count_items(path)
-    items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=read_source(path))
+    # the language sample is a second pass over JSONL only: a document read twice would cost a second ingest
+    items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=language_sample(path))
     ingestor = engine.ingestor()
     ingestor.batch_articles = batch_articles
     return ingestor.ingest(items, source=name)

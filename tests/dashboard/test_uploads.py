@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ragidx.config import Settings
 from ragidx.dashboard.uploads import check_upload, ingest_upload
-from tests.dashboard.fakes import make_engine
+from tests.dashboard.fakes import make_engine, make_minilm_engine
 
 
 def test_check_upload_accepts_known_types_and_refuses_the_rest() -> None:
@@ -57,3 +60,26 @@ def test_an_uploaded_document_is_kept_where_a_citation_can_open_it(tmp_path: Pat
         assert resolve_document(engine.article_store, "Calc_guide.pdf").path == kept.resolve()
         assert not ingest_upload(engine, "other.pdf", b"%PDF-1.4 broken").ok
     assert sorted(p.name for p in kept.parent.iterdir()) == ["Calc_guide.pdf"]
+
+
+def test_an_uploaded_document_is_read_once_when_its_language_picks_the_embedding_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``embed_model="auto"`` and an empty index the upload's languages pick the model: for a document they
+    come from the articles being ingested, not from reading the file a second time (a PDF read twice costs what
+    ingesting it does)."""
+    from ingestion.readers import PdfReader
+
+    reads: list[Path] = []
+    load_data = PdfReader.load_data
+
+    def counted(self: PdfReader, file: Path, *args: Any, **kwargs: Any) -> Any:
+        reads.append(Path(file))
+        return load_data(self, file, *args, **kwargs)
+
+    monkeypatch.setattr(PdfReader, "load_data", counted)
+    pdf = (Path(__file__).resolve().parents[1] / "fixtures" / "docs" / "guide.pdf").read_bytes()
+    with make_minilm_engine(Settings(data_dir=tmp_path, embed_model="auto")) as engine:
+        result = ingest_upload(engine, "guide.pdf", pdf)
+        assert result.ok and result.report["new"] == 1 and engine.embed_model_name == "minilm"
+    assert len(reads) == 1, reads
