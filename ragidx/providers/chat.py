@@ -171,9 +171,21 @@ def unavailable_reason(exc: BaseException, llm: Any) -> tuple[str, str]:
         )
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
-        return f"HTTP {status} ({exc})", "The endpoint is overloaded or failing: try again later."
+        return f"HTTP {status} ({exc})", _status_advice(status)
     inner = next((e for e in reversed(chain) if str(e) and not isinstance(e, asyncio.CancelledError)), exc)
     return f"{type(inner).__name__}: {inner}", f"{reachable}{local}."
+
+
+def _status_advice(status: int) -> str:
+    """What to do about an HTTP status that ``error_kind`` retries (429 and 5xx)."""
+    if status == 429:
+        return "The endpoint limits how often it may be asked (rate limit): wait a minute, or raise the limit."
+    if status in (502, 503, 504):
+        return "The endpoint or a proxy in front of it is overloaded or restarting: try again later."
+    return (
+        "The server failed on this request: its log says why (a message format it does not accept, a crashed "
+        "model); the same request retried later may fail the same way."
+    )
 
 
 def _choices(chunk: Any) -> Any:

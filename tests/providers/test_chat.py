@@ -200,3 +200,24 @@ def test_an_explicit_retry_window_overrides_the_llms_read_timeout() -> None:
         with pytest.raises(LLMUnavailableError, match="failed 2 times"):
             asyncio.run(caller.achat(HI))
         assert len(server.accepted) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [
+        (429, "rate limit"),
+        (503, "overloaded or restarting"),
+        (500, "its log says why"),
+    ],
+)
+def test_an_http_error_says_what_its_status_means(status: int, advice: str) -> None:
+    """A 500 is a server failing on the request (llama.cpp's server answers 500 to a message format it rejects),
+    not an overloaded one; a 429 is a rate limit."""
+    from ragidx.providers.chat import unavailable_reason
+
+    response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions"))
+    exc = openai.APIStatusError(f"Error code: {status}", response=response, body=None)
+    what, todo = unavailable_reason(exc, None)
+    assert what.startswith(f"HTTP {status} (")
+    assert advice in todo
+    assert ("overloaded" in todo) == (status == 503)
