@@ -125,9 +125,11 @@ class LLMEndpoint(BaseModel):
         ge=0,
         le=64,
         description="Local model: prompt-lookup decoding, the tokens proposed per step from the prompt (the words "
-        "that followed the answer's last few words where they occur in the articles), checked in one batch at "
-        "prompt-reading speed instead of written one by one; the text is the one the model would write without "
-        "it. 0: off (docs: benchmarks, prompt-lookup decoding). Endpoints ignore it.",
+        "that followed the answer's last few words where they occur in the articles), checked in a batch with the "
+        "model's next token in one step instead of written one by one. Faster only where a step of several "
+        "tokens costs little more than one (not on 2 CPU cores); near-tied words can come out differently, as a "
+        "batch is rounded differently. 0: off (docs: the local model, prompt-lookup decoding). Endpoints ignore "
+        "it.",
     )
     temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
     tokenizer: str | None = Field(

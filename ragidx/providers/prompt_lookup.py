@@ -2,9 +2,15 @@
 
 An answer from a help article often copies it ("Choose Insert - Table of Contents and Index - …"). When the last
 few tokens written also occur in the prompt, the tokens that followed them there are a likely continuation: the
-model reads them together with its own next token in one batch (at prompt-reading speed) and keeps the longest
-run it would have written itself. Greedy decoding then gives the same text as without the draft, because every
-kept token is the one the model chose at that position (llama-cpp-python's ``generate`` verifies exactly that).
+model reads them together with its own next token in one batch and keeps the longest run it picks itself
+(llama-cpp-python's ``generate`` verifies each drafted token against the model's choice at that position). With
+greedy decoding the text is the model's own, but from logits computed in a batch, which llama.cpp rounds
+differently from a single token's: where two words are nearly tied the other can win, so some answers come out
+worded differently (deterministically so).
+
+It saves time only where a step of several tokens costs little more than a step of one (decoding bound by memory
+bandwidth). On the 2-core machine of the benchmarks page decoding is bound by arithmetic (a step of 2 tokens costs
+1.9 times one, ``benchmarks/decode_batch_cost.py``), so it is off by default.
 
 llama-cpp-python's own ``draft_model`` support asks for ``logits_all``, which makes the server copy the logits of
 every prompt token into a NumPy array (a vocabulary of floats per token: gigabytes for an 8K context) and slows

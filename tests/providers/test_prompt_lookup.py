@@ -1,4 +1,4 @@
-"""Prompt-lookup decoding: what the draft proposes, and that the local model writes the same text with it."""
+"""Prompt-lookup decoding: what the draft proposes, and that on a copy the local model writes the same text with it."""
 
 from __future__ import annotations
 
