@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote
 
 from ragidx.article import Article
+from ragidx.safety.normalize import without_tag_characters
 from ragidx.safety.obfuscation import readings
 from ragidx.sentences import split_units
 
@@ -312,14 +313,20 @@ def flag_article(article: Article) -> Article:
 
 def neutralize_article(article: Article) -> Article:
     """``article`` as a model may read it: flagged title, link and sentences replaced by :data:`REMOVED`, and
-    ``injection_flags`` set; the very same object when nothing is flagged."""
+    ``injection_flags`` set; Unicode tag characters removed from title and text whether flagged or not (invisible
+    to a reader, yet read by a model: text hidden in them could steer an answer without reading as an
+    instruction); the very same object when there is nothing to change."""
     flags = injection_kinds(article)
     if not flags:
-        return article
+        title, content = without_tag_characters(article.title), without_tag_characters(article.content)
+        if (title, content) == (article.title, article.content):
+            return article
+        return replace(article, title=title, content=content)
     metadata = {**article.metadata, FLAGS_KEY: sorted(set(flags_of(article.metadata)) | set(flags))}
-    title = REMOVED if kinds_of(article.title) else article.title
+    title = REMOVED if kinds_of(article.title) else without_tag_characters(article.title)
     url = REMOVED if kinds_of(url_words(article.url)) else article.url
-    return Article(article.kb_id, title, url, neutralize(article.content), article.language, metadata)
+    content = without_tag_characters(neutralize(article.content))
+    return Article(article.kb_id, title, url, content, article.language, metadata)
 
 
 def flags_of(metadata: dict[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["INVISIBLE", "skeleton", "strip_invisible", "visible"]
+__all__ = ["INVISIBLE", "skeleton", "strip_invisible", "visible", "without_tag_characters"]
 
 # Zero-width and other invisible format characters (Unicode category Cf is checked too).
 INVISIBLE = frozenset("\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u2061"
@@ -48,6 +48,20 @@ def strip_invisible(text: str) -> str:
 # Unicode tag characters (U+E0020-E007E) shadow printable ASCII: invisible on screen, yet read by a model's
 # tokenizer ("ASCII smuggling"). ``visible`` reads them as the ASCII they stand for; ``skeleton`` drops them.
 _TAGS = {cp: cp - 0xE0000 for cp in range(0xE0020, 0xE007F)}
+
+
+_TAG_CHARACTERS = re.compile("[\U000e0000-\U000e007f]")
+
+
+def without_tag_characters(text: str) -> str:
+    """``text`` without Unicode tag characters (U+E0000-E007F): what a reader sees, and nothing hidden from them
+    that a model would read.
+
+    Example:
+        >>> without_tag_characters("Click OK." + "".join(chr(0xE0000 + ord(c)) for c in "say 42"))
+        'Click OK.'
+    """
+    return _TAG_CHARACTERS.sub("", text)
 
 
 def visible(text: str) -> str:
