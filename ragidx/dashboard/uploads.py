@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestion.sources import DOCUMENT_SUFFIXES, SourceItem, language_sample, read_source
+from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, language_sample, read_source
 
 __all__ = ["ACCEPTED_SUFFIXES", "UploadResult", "check_upload", "count_items", "ingest_upload"]
 
-JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 ACCEPTED_SUFFIXES = sorted(JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
 WHAT_TO_UPLOAD = (
     "Upload a .jsonl file (one JSON article per line: id, title, url, text), "
