@@ -52,11 +52,10 @@ import numpy as np
 
 from ragidx.providers.onnx_embedding import (
     DEFAULT_CACHE_DIR,
-    PREPROCESS_ADVICE,
     available_cores,
     ensure_onnx_model,
     onnx_session,
-    without_root_warning,
+    quantize_int8,
 )
 
 __all__ = [
@@ -454,7 +453,6 @@ def _int8_graph(raw: Path, work: Path, model_file: E5File) -> Path:
     Raises:
         RuntimeError: The optimizer did not fuse the 12 attention layers (another onnxruntime or torch export).
     """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers import optimizer
 
     fused = optimizer.optimize_model(
@@ -466,16 +464,7 @@ def _int8_graph(raw: Path, work: Path, model_file: E5File) -> Path:
     fused_path, int8_path, mixed_path = work / "fused.onnx", work / "int8.onnx", work / "mixed.onnx"
     fused.save_model_to_file(str(fused_path))
     ffn_out = [n.name for n in fused.model.graph.node if n.op_type == "MatMul" and _FFN_OUT.search(n.name)]
-    with without_root_warning(PREPROCESS_ADVICE):
-        quantize_dynamic(
-            str(fused_path),
-            str(int8_path),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=int8_needs_reduced_range(),
-            nodes_to_exclude=ffn_out,
-            extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
-        )
+    quantize_int8(fused_path, int8_path, reduce_range=int8_needs_reduced_range(), exclude=ffn_out)
     _save(_with_q4_matmuls(int8_path, model_file, only=("fo",)), mixed_path)
     return mixed_path
 

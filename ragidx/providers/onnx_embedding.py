@@ -214,18 +214,9 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
         current = work / "fused.onnx"
         fused.save_model_to_file(str(current))
     if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
         quantized = work / "int8.onnx"
-        with without_root_warning(_PREPROCESS_ADVICE):
-            quantize_dynamic(
-                str(current),
-                str(quantized),
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                reduce_range=True,  # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
-                extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
-            )
+        # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
+        quantize_int8(current, quantized, reduce_range=True)
         current = quantized
     _verify_export(current, check_feed, check_ref)
     os.replace(current, out_path)
@@ -237,7 +228,23 @@ def export_onnx(model_dir: Path, out_path: Path, quantize: bool) -> None:
 PREPROCESS_ADVICE = "Please consider to run pre-processing before quantization"
 """onnxruntime's advice on every quantization of a graph without its pre-processing metadata. The graph was
 already fused and optimized above; a user of ``ragidx ingest`` can do nothing with it."""
-_PREPROCESS_ADVICE = PREPROCESS_ADVICE
+
+
+def quantize_int8(source: Path, target: Path, *, reduce_range: bool, exclude: Sequence[str] = ()) -> None:
+    """``source`` (a fused float graph) written to ``target`` with its MatMul weights dynamic int8, per channel;
+    the nodes named in ``exclude`` stay as they are. ``reduce_range``: 7-bit weights, for CPUs without VNNI."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with without_root_warning(PREPROCESS_ADVICE):
+        quantize_dynamic(
+            str(source),
+            str(target),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=reduce_range,
+            nodes_to_exclude=list(exclude),
+            extra_options={"DefaultTensorType": 1},  # float: fused contrib ops defeat shape inference
+        )
 
 
 @contextlib.contextmanager
@@ -253,9 +260,6 @@ def without_root_warning(prefix: str) -> Iterator[None]:
         yield
     finally:
         root.removeFilter(keep)
-
-
-_without_root_warning = without_root_warning
 
 
 @contextlib.contextmanager

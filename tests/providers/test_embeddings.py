@@ -262,9 +262,9 @@ def test_onnxruntimes_quantization_advice_is_not_shown(caplog: pytest.LogCapture
     """onnxruntime logs it on the root logger at every int8 export; other root warnings still pass."""
     import logging
 
-    from ragidx.providers.onnx_embedding import _PREPROCESS_ADVICE, _without_root_warning
+    from ragidx.providers.onnx_embedding import PREPROCESS_ADVICE, without_root_warning
 
-    with caplog.at_level(logging.WARNING), _without_root_warning(_PREPROCESS_ADVICE):
+    with caplog.at_level(logging.WARNING), without_root_warning(PREPROCESS_ADVICE):
         logging.warning("Please consider to run pre-processing before quantization. Refer to example: ...")
         logging.warning("something else")
     logging.warning("Please consider to run pre-processing before quantization. (after: shown again)")
