@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -75,7 +76,12 @@ SourceItem = Article | SourceError
 KnownArticle = Callable[[str], Article | None]
 """The stored article of an id, or ``None`` (see ``read_source``'s ``known``)."""
 FILE_STAMP = "file_stamp"
-"""Article metadata: ``"size:mtime_ns"`` of the file a document was read from."""
+"""Article metadata: ``"size:mtime_ns"`` of the file a document was read from (:func:`file_stamp`)."""
+
+
+def file_stamp(stat: os.stat_result) -> str:
+    """The :data:`FILE_STAMP` of a file with this ``stat``: a changed file (size or modification time) gets another."""
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def read_source(
@@ -257,7 +263,8 @@ def read_document(
         return SourceError(str(path), None, reason, kb_id=kb_id)
 
     try:
-        size = path.stat().st_size
+        stat = path.stat()
+        size = stat.st_size
         if size == 0:
             return error("empty file (0 bytes), nothing to index")
         if size > max_file_bytes:
@@ -265,8 +272,7 @@ def read_document(
                 f"{size / 2**20:,.0f} MB is over the {max_file_bytes / 2**20:,.0f} MB limit for one document: "
                 "split it, or raise max_file_mb (RAGIDX_MAX_FILE_MB)"
             )
-        stat = path.stat()
-        stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+        stamp = file_stamp(stat)
         url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
         stored = known(kb_id) if known is not None else None
         if stored is not None and stored.metadata.get(FILE_STAMP) == stamp and stored.url == url:

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 from urllib.request import url2pathname
 
-from ingestion.sources import DOCUMENT_SUFFIXES, FILE_STAMP
+from ingestion.sources import DOCUMENT_SUFFIXES, FILE_STAMP, file_stamp
 from ragidx.stores.access import Principal
 
 __all__ = ["ROUTE", "DocumentUnavailable", "ServedFile", "document_link", "document_routes", "resolve_document"]
@@ -113,7 +113,7 @@ def resolve_document(article_store: Any, kb_id: str, principal: Principal | None
         raise DocumentUnavailable(
             410, f"{path.name} was moved or deleted after it was ingested: ingest its folder again (--prune drops it)"
         ) from None
-    if f"{stat.st_size}:{stat.st_mtime_ns}" != stamp or not path.is_file():
+    if file_stamp(stat) != stamp or not path.is_file():
         raise DocumentUnavailable(
             409, f"{path.name} changed after it was ingested (its pages may have moved): ingest its folder again"
         )
