@@ -131,6 +131,14 @@ class LLMEndpoint(BaseModel):
         "batch is rounded differently. 0: off (docs: the local model, prompt-lookup decoding). Endpoints ignore "
         "it.",
     )
+    split_decode: bool = Field(
+        default=True,
+        description="Local model: read prompts and write answers with the weight layout that `ragidx runtime "
+        "native` measured fastest at each on this machine, when the two differ (the model is then loaded twice: "
+        "about 1 GB more memory for the 1.5B model). False: one copy, in the reading layout. Near-tied words can "
+        "come out differently, as each layout rounds differently (docs: the local model, split decoding). "
+        "Endpoints ignore it.",
+    )
     temperature: float = Field(default=0.1, ge=0.0, le=2.0, description="Sampling temperature.")
     tokenizer: str | None = Field(
         default=None,

@@ -20,7 +20,10 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from ragidx.providers.split_decode import Layout
 
 CHAT_FORMAT = "ragidx-chatml"
 
@@ -163,11 +166,55 @@ def _with_prompt_lookup(tokens: int) -> None:
     LlamaProxy.load_llama_from_model_settings = staticmethod(load_with_draft)  # type: ignore[method-assign]
 
 
+LAYOUTS_FLAG = "--ragidx_layouts"
+"""This module's own flag: the weight layouts that read prompts and write answers, ``READ,WRITE`` (each ``plain`` or
+``repacked``, :mod:`ragidx.providers.split_decode`); two different ones load the model twice and split the work.
+Absent: llama.cpp's default layout for both, one model."""
+
+
+def pop_layouts(argv: list[str]) -> tuple[list[str], tuple[Layout, Layout] | None]:
+    """``argv`` without :data:`LAYOUTS_FLAG` and its value, and that value (None when absent)."""
+    from ragidx.providers.split_decode import LAYOUTS
+
+    if LAYOUTS_FLAG not in argv:
+        return list(argv), None
+    at = argv.index(LAYOUTS_FLAG)
+    names = argv[at + 1].split(",") if at + 1 < len(argv) else []
+    if len(names) != 2 or any(n not in LAYOUTS for n in names):
+        raise SystemExit(f"{LAYOUTS_FLAG} needs READ,WRITE, each one of {', '.join(LAYOUTS)}")
+    read, write = (cast("Layout", n) for n in names)
+    return argv[:at] + argv[at + 2 :], (read, write)
+
+
+def _with_layouts(read: Layout, write: Layout) -> None:
+    """Make llama-cpp-python's server load its model in the ``read`` layout and, when ``write`` differs, a second
+    copy in the ``write`` layout that writes the answers (:func:`ragidx.providers.split_decode.split`)."""
+    from llama_cpp.server.model import LlamaProxy
+
+    from ragidx.providers.split_decode import layout, split
+
+    load = LlamaProxy.load_llama_from_model_settings
+
+    def load_in_layouts(settings: Any) -> Any:
+        with layout(read):
+            reader = load(settings)
+        if write != read:
+            with layout(write):
+                writer = load(settings)
+            split(reader, writer)
+        return reader
+
+    LlamaProxy.load_llama_from_model_settings = staticmethod(load_in_layouts)  # type: ignore[method-assign]
+
+
 def main() -> None:
     import sys
 
     register()
     sys.argv, lookup = pop_prompt_lookup(sys.argv)
+    sys.argv, layouts = pop_layouts(sys.argv)
+    if layouts is not None:  # first: a prompt-lookup draft attaches to the model it returns
+        _with_layouts(*layouts)
     if lookup > 0:
         _with_prompt_lookup(lookup)
     from llama_cpp.server.__main__ import main as serve

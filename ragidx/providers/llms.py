@@ -74,7 +74,7 @@ class LLMProvider:
     def __init__(self, *, threads: int = 2, model_cache_dir: Path | None = None) -> None:
         self.threads = threads
         self.model_cache_dir = model_cache_dir
-        self._servers: dict[tuple[str, int, int], LocalLLMServer] = {}
+        self._servers: dict[tuple[str, int, int, bool], LocalLLMServer] = {}
         self._lock = threading.Lock()
 
     def get(self, endpoint: LLMEndpoint) -> EndpointLLM:
@@ -146,13 +146,14 @@ class LLMProvider:
 
     def local_server(self, endpoint: LLMEndpoint) -> LocalLLMServer:
         """The (not yet started) server for a local endpoint; one per model and window."""
-        key = (endpoint.model, endpoint.context_window, endpoint.prompt_lookup)
+        key = (endpoint.model, endpoint.context_window, endpoint.prompt_lookup, endpoint.split_decode)
         with self._lock:
             if key not in self._servers:
                 self._servers[key] = LocalLLMServer(
                     endpoint.model,
                     n_ctx=endpoint.context_window,
                     prompt_lookup=endpoint.prompt_lookup,
+                    split_decode=endpoint.split_decode,
                     n_threads=self.threads,
                     cache_dir=self.model_cache_dir,
                 )

@@ -37,7 +37,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ragidx.providers.llama_server import CHAT_FORMAT, PROMPT_LOOKUP_FLAG
+from ragidx.providers.llama_server import CHAT_FORMAT, LAYOUTS_FLAG, PROMPT_LOOKUP_FLAG
+from ragidx.providers.native_runtime import measured_layouts
+from ragidx.providers.split_decode import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -265,9 +267,13 @@ class LocalLLMServer:
         startup_timeout_s: float = 120.0,
         log_path: Path | None = None,
         prompt_lookup: int = 0,
+        split_decode: bool = True,
+        layouts: tuple[Layout, Layout] | None = None,
     ) -> None:
         self.model = model
         self.prompt_lookup = prompt_lookup
+        self.split_decode = split_decode
+        self._layouts = layouts
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.cache_dir = cache_dir
@@ -312,7 +318,20 @@ class LocalLLMServer:
             # questions itself (Engine's model queue); the server finishes each reply it started.
             "--interrupt_requests", "False",
             "--verbose", "False",
-        ] + ([PROMPT_LOOKUP_FLAG, str(self.prompt_lookup)] if self.prompt_lookup > 0 else [])  # fmt: skip
+        ] + ([PROMPT_LOOKUP_FLAG, str(self.prompt_lookup)] if self.prompt_lookup > 0 else []) + (
+            [LAYOUTS_FLAG, ",".join(layouts)] if (layouts := self.layouts) is not None else []
+        )  # fmt: skip
+
+    @property
+    def layouts(self) -> tuple[Layout, Layout] | None:
+        """The weight layouts that read prompts and write answers (:mod:`ragidx.providers.split_decode`): given, or
+        those ``ragidx runtime native`` measured fastest here (the writer only with ``split_decode``); None where
+        nothing was measured (llama.cpp's default layout)."""
+        layouts = self._layouts if self._layouts is not None else measured_layouts()
+        if layouts is None:
+            return None
+        read, write = layouts
+        return (read, write if self.split_decode else read)
 
     def start(self) -> str:
         """Start the server (idempotent) and return its OpenAI base URL."""

@@ -13,9 +13,12 @@ the CPU and they build in under a minute, so instead of rebuilding the whole pac
 4. :func:`install_native` puts them in place only when they answered and read faster, keeping the
    portable files beside them for :func:`restore_portable`.
 
-``GGML_CPU_REPACK=OFF``: the runtime repacking of Q4_K weights helps the AVX2 kernels but, built natively,
-made prompt reading slower on AVX-512 (AMD: 101 with it against 154 without); Intel's AMX path is a
-separate buffer type and stays (134 tokens/s without the repack buffer, 144 with both).
+The check also times both weight layouts, the GGUF's own (``plain``) and llama.cpp's runtime repacking
+(``repacked``, its "extra buffer types", which include Intel's AMX copies), at reading a prompt and at writing,
+and records the faster one for each job in the marker (:func:`measured_layouts`): no layout is best at both. On
+the 2-core AVX-512 EPYC the plain layout reads about 1.4 times as fast (AMD: 154 against 101 tokens/s) and the
+repacked one writes faster (36 against 26), so the local server reads with one and writes with the other
+(:mod:`ragidx.providers.split_decode`). The build keeps ``GGML_CPU_REPACK`` on for that.
 
 ``ragidx runtime native`` (and ``make install``) runs all four steps; ``ragidx runtime portable`` undoes
 them; ``ragidx runtime`` says which build is in use. A native build runs only on CPUs like the one it was
@@ -37,9 +40,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ragidx.providers.machine import cpu_name
+from ragidx.providers.split_decode import LAYOUTS, Layout
 
 CMAKE_ARGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -47,7 +51,7 @@ CMAKE_ARGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     "-DCMAKE_INSTALL_RPATH=$ORIGIN",  # find each other in llama_cpp/lib, like the wheel's (not in the build folder)
     "-DGGML_NATIVE=ON",
-    "-DGGML_CPU_REPACK=OFF",
+    "-DGGML_CPU_REPACK=ON",  # a layout the check may pick for writing (see the module docstring)
     "-DLLAMA_BUILD_COMMON=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -58,7 +62,7 @@ CMAKE_ARGS: tuple[str, ...] = (
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
 )
-"""How the native libraries are configured (see the module docstring for the repack choice)."""
+"""How the native libraries are configured."""
 
 GGML_LIBS: tuple[str, ...] = ("libggml", "libggml-base", "libggml-cpu")
 TARGETS: tuple[str, ...] = ("ggml", "ggml-base", "ggml-cpu")
@@ -88,13 +92,33 @@ class Runtime:
         return {"llama_cpp": self.version, "lib_dir": str(self.lib_dir), "build": self.build, **self.detail}
 
 
+MIN_WRITE_SPEEDUP = 1.1
+"""A second layout writes the answers only when it writes at least this much faster than the reading one (it costs
+a second copy of the model in memory)."""
+
+
 @dataclass(frozen=True)
 class RuntimeCheck:
-    """One child process's load of the model: prompt tokens read per second and a short greedy answer."""
+    """One child process's load of the model: prompt tokens read per second (in the faster layout), a short
+    greedy answer, and each weight layout's reading and writing speed (``{"plain": {"prefill_tps": …,
+    "decode_tps": …}, "repacked": {…}}``)."""
 
     prefill_tps: float
     text: str
     module: str
+    layouts: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def chosen_layouts(self) -> tuple[str, str] | None:
+        """The layouts to read and to write with: the faster reader, and the faster writer when it writes at least
+        :data:`MIN_WRITE_SPEEDUP` times as fast as the reader does (else the reader writes too). None when the
+        check measured fewer than two layouts."""
+        if len(self.layouts) < 2:
+            return None
+        read = max(self.layouts, key=lambda k: self.layouts[k]["prefill_tps"])
+        write = max(self.layouts, key=lambda k: self.layouts[k]["decode_tps"])
+        if self.layouts[write]["decode_tps"] < MIN_WRITE_SPEEDUP * self.layouts[read]["decode_tps"]:
+            write = read
+        return read, write
 
 
 _GGML_FILE = re.compile(r"^(?:" + "|".join(re.escape(n) for n in GGML_LIBS) + r")\.so(?:\.\d+)*$")
@@ -141,6 +165,19 @@ def runtime_id() -> str:
     cpu = _cpu_lib(runtime.lib_dir)
     size = cpu.stat().st_size if cpu is not None else 0
     return f"llama_cpp {runtime.version}|{runtime.build}:{size}"
+
+
+def measured_layouts(package_dir: Path | None = None) -> tuple[Layout, Layout] | None:
+    """The weight layouts the installed native build measured fastest at reading and at writing here
+    (:class:`RuntimeCheck`), or None: a portable build, or a native one installed before layouts were measured."""
+    try:
+        detail = installed_runtime(package_dir).detail
+    except NativeRuntimeError:
+        return None
+    read, write = detail.get("read_layout"), detail.get("write_layout")
+    if read in LAYOUTS and write in LAYOUTS:
+        return cast("Layout", read), cast("Layout", write)
+    return None
 
 
 def _read_version(package_dir: Path) -> str:
@@ -224,27 +261,46 @@ def stage_package(package_dir: Path, built_dir: Path, stage_root: Path) -> Path:
 _CHECK = r"""
 import json, sys, time
 import llama_cpp
+import llama_cpp.llama_cpp as lib
 from llama_cpp import Llama
 model, threads = sys.argv[1], int(sys.argv[2])
-llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+default = lib.llama_model_default_params
 text = "The server reads its configuration file at start and again when it receives a reload signal. " * 40
-tokens = llm.tokenize(text.encode())[:480]
-best = 0.0
-for _ in range(2):
-    llm.reset()
-    t0 = time.perf_counter()
-    llm.eval(tokens)
-    best = max(best, len(tokens) / (time.perf_counter() - t0))
-llm.reset()
-out = llm.create_completion("Q: What is the capital of France?\nA:", max_tokens=8, temperature=0.0)
-print(json.dumps({"prefill_tps": best, "text": out["choices"][0]["text"], "module": llama_cpp.__file__}))
+layouts = {}
+for name in ("plain", "repacked"):
+    def params(extra=name == "repacked"):
+        p = default()
+        p.use_extra_bufts = extra
+        return p
+    lib.llama_model_default_params = params
+    llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+    lib.llama_model_default_params = default
+    tokens = llm.tokenize(text.encode())[:480]
+    prefill = decode = 0.0
+    for _ in range(2):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(tokens)
+        prefill = max(prefill, len(tokens) / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for _ in range(48):
+            llm.eval([llm.sample(temp=0.0)])
+        decode = max(decode, 48 / (time.perf_counter() - t0))
+    layouts[name] = {"prefill_tps": round(prefill, 1), "decode_tps": round(decode, 1)}
+    if name == "repacked":
+        llm.reset()
+        out = llm.create_completion("Q: What is the capital of France?\nA:", max_tokens=8, temperature=0.0)
+    del llm
+best = max(v["prefill_tps"] for v in layouts.values())
+print(json.dumps({"prefill_tps": best, "text": out["choices"][0]["text"], "module": llama_cpp.__file__,
+                  "layouts": layouts}))
 """
 
 
 def check_runtime(model: Path, *, threads: int, stage_root: Path | None = None, timeout_s: float = 600) -> RuntimeCheck:
-    """Load ``model`` in a child process (with the staged package first on the path, if given), time a
-    480-token prompt twice and write a short greedy answer. A crash (an instruction this CPU lacks) or an
-    empty answer raises :class:`NativeRuntimeError`."""
+    """Load ``model`` in a child process (with the staged package first on the path, if given) in each weight
+    layout, time a 480-token prompt and 48 tokens written after it, twice, and write a short greedy answer. A
+    crash (an instruction this CPU lacks) or an empty answer raises :class:`NativeRuntimeError`."""
     env = dict(os.environ)
     if stage_root is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stage_root), env.get("PYTHONPATH", "")) if p)
@@ -256,7 +312,7 @@ def check_runtime(model: Path, *, threads: int, stage_root: Path | None = None, 
     if done.returncode != 0:
         raise NativeRuntimeError(f"the check failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    check = RuntimeCheck(float(row["prefill_tps"]), str(row["text"]), str(row["module"]))
+    check = RuntimeCheck(float(row["prefill_tps"]), str(row["text"]), str(row["module"]), row.get("layouts", {}))
     if stage_root is not None and not check.module.startswith(str(stage_root)):
         raise NativeRuntimeError(f"the check loaded {check.module}, not the staged package")
     if not check.text.strip():
@@ -351,13 +407,16 @@ def make_native(
             native_prefill_tps=round(native.prefill_tps, 1),
         )
         if report.installed:
-            detail = {
+            detail: dict[str, Any] = {
                 "cmake_args": list(CMAKE_ARGS),
+                "layouts": native.layouts,
                 "cpu": cpu_name(),
                 "portable_prefill_tps": report.portable_prefill_tps,
                 "native_prefill_tps": report.native_prefill_tps,
                 "check_threads": threads,
             }
+            if (chosen := native.chosen_layouts()) is not None:
+                detail["read_layout"], detail["write_layout"] = chosen
             runtime = install_native(package_dir, staged / "lib", detail)
     report.seconds = round(time.perf_counter() - t0, 1)
     report.runtime = runtime.as_dict()

@@ -107,9 +107,44 @@ def test_the_source_is_the_vendored_llama_cpp_without_models_and_docs(tmp_path: 
         nr.fetch_source("0.3.35", tmp_path / "work2", sdist)
 
 
-def test_the_native_build_keeps_the_amx_path_but_not_the_repack_buffer() -> None:
-    assert "-DGGML_NATIVE=ON" in nr.CMAKE_ARGS and "-DGGML_CPU_REPACK=OFF" in nr.CMAKE_ARGS
+def test_the_native_build_keeps_the_repacked_layout_for_the_check_to_choose() -> None:
+    assert "-DGGML_NATIVE=ON" in nr.CMAKE_ARGS and "-DGGML_CPU_REPACK=ON" in nr.CMAKE_ARGS
     assert "-DCMAKE_INSTALL_RPATH=$ORIGIN" in nr.CMAKE_ARGS  # the libraries find each other once moved
+
+
+def check(plain: tuple[float, float], repacked: tuple[float, float]) -> nr.RuntimeCheck:
+    layouts = {
+        name: {"prefill_tps": read, "decode_tps": write}
+        for name, (read, write) in (("plain", plain), ("repacked", repacked))
+    }
+    return nr.RuntimeCheck(max(plain[0], repacked[0]), "Paris", "llama_cpp", layouts)
+
+
+def test_the_faster_reader_reads_and_a_clearly_faster_writer_writes() -> None:
+    # the 2-core AVX-512 EPYC: the file's layout reads faster, the repacked one writes faster
+    assert check((139.2, 22.0), (89.8, 25.7)).chosen_layouts() == ("plain", "repacked")
+    # a writer less than 10 % faster is not worth a second copy of the model
+    assert check((139.2, 22.0), (89.8, 23.5)).chosen_layouts() == ("plain", "plain")
+    # an AVX2 CPU where the repacked layout is faster at both: one model
+    assert check((61.0, 13.0), (70.0, 14.9)).chosen_layouts() == ("repacked", "repacked")
+    assert nr.RuntimeCheck(100.0, "Paris", "llama_cpp").chosen_layouts() is None  # nothing measured
+
+
+def test_measured_layouts_come_from_a_matching_native_marker_only(tmp_path: Path) -> None:
+    package = fake_package(tmp_path / "site")
+    assert nr.measured_layouts(package) is None  # portable: nothing measured
+    built = fake_build(tmp_path / "build")
+    nr.install_native(package, built, {"read_layout": "plain", "write_layout": "repacked"})
+    assert nr.measured_layouts(package) == ("plain", "repacked")
+    nr.install_native(package, built, {"read_layout": "plain", "write_layout": "sideways"})  # damaged
+    assert nr.measured_layouts(package) is None
+    nr.install_native(package, built, {})  # installed before layouts were measured
+    assert nr.measured_layouts(package) is None
+    (package / "lib" / "libggml-cpu.so.0").write_bytes(b"reinstalled")  # pip put the portable files back
+    nr.install_native(package, built, {"read_layout": "plain", "write_layout": "repacked"})
+    for name in GGML_NAMES:
+        (package / "lib" / name).write_bytes(b"portable again" + name.encode())
+    assert nr.measured_layouts(package) is None  # the marker no longer matches the files
 
 
 @pytest.mark.slow
@@ -118,6 +153,9 @@ def test_the_check_loads_the_model_from_the_staged_copy_and_times_its_reading(tm
     model = assemble_gguf("qwen2.5-0.5b")
     here = nr.check_runtime(model, threads=2)
     assert here.prefill_tps > 1 and here.text.strip()
+    assert set(here.layouts) == {"plain", "repacked"}  # each layout timed at reading and at writing
+    assert all(v["prefill_tps"] > 1 and v["decode_tps"] > 1 for v in here.layouts.values())
+    assert here.prefill_tps == max(v["prefill_tps"] for v in here.layouts.values())
     assert Path(here.module).parent == installed.lib_dir.parent
     # a staged copy made of the installed libraries themselves: the child imports the copy, not the original
     nr.stage_package(installed.lib_dir.parent, installed.lib_dir, tmp_path)
