@@ -135,7 +135,7 @@ class LLMEndpoint(BaseModel):
         default=True,
         description="Local model: read prompts and write answers with the weight layout that `ragidx runtime "
         "native` measured fastest at each on this machine, when the two differ (the model is then loaded twice: "
-        "about 1 GB more memory for the 1.5B model). False: one copy, in the reading layout. Near-tied words can "
+        "about 0.9 GB more memory for the 1.5B model). False: one copy, in the reading layout. Near-tied words can "
         "come out differently, as each layout rounds differently (docs: the local model, split decoding). "
         "Endpoints ignore it.",
     )
