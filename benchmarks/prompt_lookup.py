@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +20,11 @@ import decoding_ab  # noqa: E402
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     own, rest = (args[: args.index("--")], args[args.index("--") :]) if "--" in args else (args, [])
-    tokens = own[own.index("--tokens") + 1] if "--tokens" in own else "0,8"
-    others = [a for i, a in enumerate(own) if a != "--tokens" and (i == 0 or own[i - 1] != "--tokens")]
-    return decoding_ab.main(["--setting", "prompt_lookup", "--values", tokens, *others, *rest], label="prompt_lookup")
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--tokens", default="0,8", help="prompt_lookup settings to compare (first: reference)")
+    known, others = parser.parse_known_args(own)
+    values = ["--setting", "prompt_lookup", "--values", known.tokens]
+    return decoding_ab.main([*values, *others, *rest], label="prompt_lookup")
 
 
 if __name__ == "__main__":

@@ -140,16 +140,24 @@ PROMPT_LOOKUP_FLAG = "--ragidx_prompt_lookup"
 per step by prompt-lookup decoding (:mod:`ragidx.providers.prompt_lookup`); absent or 0: off."""
 
 
+def _pop_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """``argv`` without ``flag`` and the word after it, and that word ("" when the flag ends the line; None when
+    the flag is absent)."""
+    if flag not in argv:
+        return list(argv), None
+    at = argv.index(flag)
+    return argv[:at] + argv[at + 2 :], argv[at + 1] if at + 1 < len(argv) else ""
+
+
 def pop_prompt_lookup(argv: list[str]) -> tuple[list[str], int]:
     """``argv`` without :data:`PROMPT_LOOKUP_FLAG` and its value, and that value (0 when absent)."""
-    if PROMPT_LOOKUP_FLAG not in argv:
-        return list(argv), 0
-    at = argv.index(PROMPT_LOOKUP_FLAG)
+    rest, value = _pop_flag(argv, PROMPT_LOOKUP_FLAG)
+    if value is None:
+        return rest, 0
     try:
-        tokens = int(argv[at + 1])
-    except (IndexError, ValueError):
+        return rest, int(value)
+    except ValueError:
         raise SystemExit(f"{PROMPT_LOOKUP_FLAG} needs a whole number of tokens (0: off)") from None
-    return argv[:at] + argv[at + 2 :], tokens
 
 
 def _with_prompt_lookup(tokens: int) -> None:
@@ -176,14 +184,14 @@ def pop_layouts(argv: list[str]) -> tuple[list[str], tuple[Layout, Layout] | Non
     """``argv`` without :data:`LAYOUTS_FLAG` and its value, and that value (None when absent)."""
     from ragidx.providers.split_decode import LAYOUTS
 
-    if LAYOUTS_FLAG not in argv:
-        return list(argv), None
-    at = argv.index(LAYOUTS_FLAG)
-    names = argv[at + 1].split(",") if at + 1 < len(argv) else []
+    rest, value = _pop_flag(argv, LAYOUTS_FLAG)
+    if value is None:
+        return rest, None
+    names = value.split(",")
     if len(names) != 2 or any(n not in LAYOUTS for n in names):
         raise SystemExit(f"{LAYOUTS_FLAG} needs READ,WRITE, each one of {', '.join(LAYOUTS)}")
     read, write = (cast("Layout", n) for n in names)
-    return argv[:at] + argv[at + 2 :], (read, write)
+    return rest, (read, write)
 
 
 def _with_layouts(read: Layout, write: Layout) -> None:

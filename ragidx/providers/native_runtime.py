@@ -261,20 +261,14 @@ def stage_package(package_dir: Path, built_dir: Path, stage_root: Path) -> Path:
 _CHECK = r"""
 import json, sys, time
 import llama_cpp
-import llama_cpp.llama_cpp as lib
 from llama_cpp import Llama
+from ragidx.providers.split_decode import LAYOUTS, layout
 model, threads = sys.argv[1], int(sys.argv[2])
-default = lib.llama_model_default_params
 text = "The server reads its configuration file at start and again when it receives a reload signal. " * 40
 layouts = {}
-for name in ("plain", "repacked"):
-    def params(extra=name == "repacked"):
-        p = default()
-        p.use_extra_bufts = extra
-        return p
-    lib.llama_model_default_params = params
-    llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
-    lib.llama_model_default_params = default
+for name in LAYOUTS:
+    with layout(name):
+        llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
     tokens = llm.tokenize(text.encode())[:480]
     prefill = decode = 0.0
     for _ in range(2):
@@ -287,7 +281,7 @@ for name in ("plain", "repacked"):
             llm.eval([llm.sample(temp=0.0)])
         decode = max(decode, 48 / (time.perf_counter() - t0))
     layouts[name] = {"prefill_tps": round(prefill, 1), "decode_tps": round(decode, 1)}
-    if name == "repacked":
+    if name == LAYOUTS[-1]:
         llm.reset()
         out = llm.create_completion("Q: What is the capital of France?\nA:", max_tokens=8, temperature=0.0)
     del llm

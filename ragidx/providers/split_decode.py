@@ -79,13 +79,14 @@ class SplitContext:
         self.writer = writer
         self.write_batch_max = write_batch_max
         self.active = reader
+        self._contexts = {"reader": reader, "writer": writer}
         self._held = {"reader": 0, "writer": 0}  # how many leading tokens of the sequence each context holds
         self._buffer: ctypes.Array[ctypes.c_uint8] | None = None
         self.decodes = {"reader": 0, "writer": 0}
         self.copies = 0
 
     def __getattr__(self, name: str) -> Any:
-        if name in {"reader", "writer", "active"}:  # not set yet: never ask the reader for them
+        if name in {"reader", "writer", "active", "_contexts"}:  # not set yet: never ask the reader for them
             raise AttributeError(name)
         return getattr(self.reader, name)
 
@@ -117,7 +118,7 @@ class SplitContext:
         n = int(batch.n_tokens())
         start = int(batch.batch.pos[0]) if n else 0
         name = "writer" if n <= self.write_batch_max else "reader"
-        target = self.writer if name == "writer" else self.reader
+        target = self._contexts[name]
         self._bring_up(name, start)
         target.decode(batch)
         self._held[name] = start + n
@@ -129,19 +130,18 @@ class SplitContext:
         held = self._held[name]
         if held == start:
             return
-        target = self.writer if name == "writer" else self.reader
+        target = self._contexts[name]
         if held > start:
             target.kv_cache_seq_rm(0, start, -1)
             self._held[name] = start
             return
         other_name = "reader" if name == "writer" else "writer"
-        other = self.reader if name == "writer" else self.writer
         if self._held[other_name] < start:
             raise RuntimeError(
                 f"split decoding lost the sequence: a batch starts at token {start}, but the reader holds "
                 f"{self._held['reader']} and the writer {self._held['writer']} tokens"
             )
-        self._copy(other, target)
+        self._copy(self._contexts[other_name], target)
         if self._held[other_name] > start:
             target.kv_cache_seq_rm(0, start, -1)
         self._held[name] = start
