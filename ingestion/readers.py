@@ -10,7 +10,9 @@ Each reader is a LlamaIndex ``BaseReader`` (usable as a ``SimpleDirectoryReader`
 - ``anchor``: the HTML ``id`` (or Markdown heading slug) a link to the section ends with.
 
 Headings are Markdown (``## Heading``) in DOCX, HTML and Markdown text; tables are Markdown rows of cells
-(``| Ctrl+F12 | Insert table |``), never the cells one per line. A file that cannot be read raises
+(``| Ctrl+F12 | Insert table |``), never the cells one per line, every cell in its column under the header, in the
+section of the heading above the table. HTML keeps the article, not the site around it (navigation, header,
+footer, cookie banner, "Was this article helpful?"). A file that cannot be read raises
 ``DocumentReadError`` whose message says what is wrong and what to do (an encrypted PDF, a PDF with no text
 layer, a corrupt Word file).
 
@@ -107,22 +109,19 @@ def _clean(text: str) -> str:
 
 
 def table_rows(rows: Iterable[Iterable[str | None]]) -> str:
-    """Rows of cells as a Markdown table (the first row is the header); merged cells are written once.
+    """Rows of cells as a Markdown table (the first row is the header), every cell in its column: equal
+    neighbours are two cells, and a cell the caller gives as '' or None (the rest of a merged cell) stays an
+    empty cell, so the columns after it keep their place under the header. Rows with no text are left out.
 
     Example:
-        >>> print(table_rows([["Keys", "Effect"], ["Ctrl+F12", "Insert table"]]))
-        | Keys | Effect |
-        | --- | --- |
-        | Ctrl+F12 | Insert table |
+        >>> print(table_rows([["Role", "Export", "Import"], ["Agent", "no", "no"]]))
+        | Role | Export | Import |
+        | --- | --- | --- |
+        | Agent | no | no |
     """
     out: list[str] = []
     for row in rows:
-        cells: list[str] = []
-        for cell in row:
-            text = " ".join((cell or "").split()).replace("|", "\\|")
-            if cells and cells[-1] == text and text:
-                continue  # a merged cell repeats its text in each grid cell it spans
-            cells.append(text)
+        cells = [" ".join((cell or "").split()).replace("|", "\\|") for cell in row]
         if not any(cells):
             continue
         out.append("| " + " | ".join(cells) + " |")
@@ -295,19 +294,32 @@ def _replace_rows(text: str, table: list[list[str | None]]) -> str:
 
 
 # --- DOCX -----------------------------------------------------------------------------------------------------
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 100 * 2**20
+"""The most a Word file (a ZIP archive) may expand to; ingestion passes its ``max_file_mb`` instead."""
+
+
 class DocxReader(BaseReader):
     """Word documents (.docx): headings (``Heading N`` and ``Title`` styles) as Markdown headings that start
-    sections, list items as ``- item``, tables as Markdown rows.
+    sections, list items as ``- item``, tables as Markdown rows, every cell in its column (a cell merged across
+    columns is written once, in its first; one merged down rows is written in each of them).
+
+    A .docx is a ZIP archive: one whose parts add up to more than ``max_uncompressed_bytes`` once expanded (a
+    ZIP bomb: a few MB that expand to GBs of XML) raises ``DocumentReadError`` before anything is expanded.
 
     Example:
         >>> docs = DocxReader().load_data(Path("policy.docx"))  # doctest: +SKIP
     """
+
+    def __init__(self, *, max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> None:
+        super().__init__()
+        self.max_uncompressed_bytes = max_uncompressed_bytes
 
     def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
         import docx
         from docx.table import Table
         from docx.text.paragraph import Paragraph
 
+        check_uncompressed_size(Path(file), self.max_uncompressed_bytes)
         try:
             document = docx.Document(str(file))
         except Exception as exc:  # zipfile.BadZipFile, KeyError (a part missing), lxml errors
@@ -327,7 +339,7 @@ class DocxReader(BaseReader):
 
         for block in document.iter_inner_content():
             if isinstance(block, Table):
-                current.append(table_rows([c.text for c in row.cells] for row in block.rows))
+                current.append(table_rows(_docx_cells(row) for row in block.rows))
                 continue
             if not isinstance(block, Paragraph):
                 continue
@@ -350,6 +362,42 @@ class DocxReader(BaseReader):
         return _documents(_merge_lists(sections), title, extra_info)
 
 
+def check_uncompressed_size(file: Path, limit: int) -> None:
+    """Refuse a ZIP-based document whose parts add up to more than ``limit`` bytes expanded, from its central
+    directory alone (nothing is decompressed). A directory that understates a part's size cannot get past this:
+    Python's ``zipfile`` (which python-docx reads with) stops each part at its stated size and then fails its
+    checksum. A file that is not a ZIP archive is left to the reader, which says so."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(file) as archive:
+            expanded = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError):
+        return
+    if expanded > limit:
+        raise DocumentReadError(
+            f"expands to more than {_mb(limit)} MB uncompressed ({_mb(expanded)} MB from {_mb(file.stat().st_size)} "
+            "MB on disk; the limit for one document is max_file_mb, RAGIDX_MAX_FILE_MB): if it is a real document, "
+            "split it or raise that limit; a file that expands this much may be a ZIP bomb"
+        )
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:,.0f}" if size >= 2**20 else f"{size / 2**20:.2f}"
+
+
+def _docx_cells(row: Any) -> list[str]:
+    """A Word table row's text, one cell per grid column. python-docx gives a cell spanning columns once per
+    column (the same cell element each time): its text goes in the first, the rest are empty. Equal text in
+    two real cells is two cells."""
+    cells = [""] * row.grid_cols_before
+    previous = None
+    for cell in row.cells:
+        cells.append("" if cell._tc is previous else cell.text)
+        previous = cell._tc
+    return cells + [""] * row.grid_cols_after
+
+
 def _heading_level(style: str) -> int:
     if style == "Title":
         return 1
@@ -366,13 +414,38 @@ def _merge_lists(sections: list[Section]) -> list[Section]:
 
 
 # --- HTML -----------------------------------------------------------------------------------------------------
-_DROP = ("script", "style", "noscript", "template", "nav", "aside", "footer", "form", "button", "iframe", "svg")
+_DROP = (
+    "script", "style", "noscript", "template", "nav", "aside", "footer", "form", "button", "iframe", "svg", "dialog",
+)  # fmt: skip
+_DROP_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "dialog", "alertdialog"}
+_KEEP = {"main", "article", "section", "body", "h1", "h2", "h3", "h4", "h5", "h6", "table", "tr", "td", "th"}
+_WIDGET = re.compile(
+    r"cookie|consent|gdpr|feedback|helpful|breadcrumb|skip-?(link|nav|to)|back-?to-?top|return-to-top"
+    r"|edit-?(this-?)?(page|link)|article-(relatives|more-questions|subscribe|share)"
+    r"|(^|[-_])(votes?|voting|ratings?|share|sharing|social)([-_]|$)",
+    re.IGNORECASE,
+)
+"""Class or id of a page widget that is no part of an article (cookie banner, "was this helpful?" votes,
+breadcrumbs, "edit this page", share buttons), as help-centre and docs-site themes name them."""
+_WIDGET_TEXT = re.compile(
+    r"(was this (article|page|answer|information) helpful|did this (article|page|answer) help( you)?|"
+    r"\d+ out of \d+ found this helpful|edit this page( on \w+)?|edit on (github|gitlab)|back to top|"
+    r"have more questions\?( submit a request)?)\W*",
+    re.IGNORECASE,
+)
+"""The whole text of a widget's line, when its class does not name it."""
+_TITLE_SUFFIX = re.compile(r"(.+?)\s+[|\u00b7\u2013\u2014]\s+[^|\u00b7\u2013\u2014]+")
+"""``Article | Site``: a site name after a bar, middle dot or dash (a hyphen is too often part of a title)."""
+_SEPARATOR_AFTER = re.compile(r"(\s+[|\u00b7\u2013\u2014-]|:)\s+\S")
+_SEPARATOR_BEFORE = re.compile(r"\S(\s+[|\u00b7\u2013\u2014-]|:)\s+$")
 
 
 class HtmlReader(BaseReader):
     """HTML pages (single pages or a site's export): the main content (``<main>``, ``role=main``, ``<article>``
-    or the body, without navigation, scripts and footers) as Markdown, one section per heading with its ``id``
-    as ``anchor``; tables as Markdown rows.
+    or the body) as Markdown, without navigation, header, footer, sidebars, scripts, cookie banners and
+    help-centre widgets ("Was this article helpful?", "Edit this page"); one section per heading with its ``id``
+    as ``anchor``; tables as Markdown rows, every cell in its column. The title is the page's ``<h1>`` where the
+    ``<title>`` is that heading plus the site's name, else the ``<title>`` without a ``| Site`` suffix.
 
     Example:
         >>> docs = HtmlReader().load_data(Path("site/print.html"))  # doctest: +SKIP
@@ -391,10 +464,10 @@ def html_sections(raw: bytes | str) -> tuple[str, list[Section]]:
     from markdownify import MarkdownConverter
 
     soup = BeautifulSoup(raw, "lxml")
-    title = " ".join(soup.title.get_text().split()) if soup.title else ""
+    page_title = " ".join(soup.title.get_text().split()) if soup.title else ""
     main: Any = soup.find("main") or soup.select_one('[role="main"]') or soup.find("article") or soup.body or soup
-    for tag in main.find_all(_DROP):
-        tag.decompose()
+    _drop_page_parts(main)
+    _fill_row_spans(soup, main)
     anchors: list[tuple[str, str]] = []
     for heading in main.find_all(re.compile(r"^h[1-6]$")):
         anchor = heading.get("id") or _inner_anchor(heading) or _parent_anchor(heading)
@@ -406,11 +479,108 @@ def html_sections(raw: bytes | str) -> tuple[str, list[Section]]:
         escape_underscores=False,
         escape_misc=False,
         bullets="-",
+        table_infer_header=True,
     )
     markdown = converter.convert_soup(main)
+    h1 = main.find("h1")
+    title = _html_title(page_title, " ".join(h1.get_text().split()) if h1 is not None else "")
     if not title:
         title = next((t for t, _ in anchors if t), "")
     return title, list(_markdown_sections(markdown, anchors))
+
+
+def _drop_page_parts(main: Any) -> None:
+    """Remove from ``main`` what is no part of the article: scripts, navigation, sidebars, footers, the page's
+    (not an article's) header, landmarks other than the main one, and widgets named by class, id or text."""
+    for tag in main.find_all(True):
+        if tag.decomposed:
+            continue
+        if tag.name in _DROP or (tag.get("role") or "").lower() in _DROP_ROLES:
+            tag.decompose()
+        elif tag.name == "header" and not any(p.name in ("main", "article", "section") for p in tag.parents):
+            tag.decompose()  # the site's header (logo, search, menu); an article's own header keeps its title
+        elif tag.name not in _KEEP and _is_widget(tag):
+            tag.decompose()
+    for text in main.find_all(string=_WIDGET_TEXT):
+        line = text.parent
+        if line is None or line.decomposed or not _WIDGET_TEXT.fullmatch(" ".join(line.get_text().split())):
+            continue
+        while (
+            line.parent is not None
+            and line.parent is not main
+            and line.parent.name not in _KEEP
+            and len(line.parent.get_text(" ", strip=True)) <= 200
+        ):
+            line = line.parent  # the widget around the line: "Was this article helpful?" and its Yes / No
+        line.decompose()
+
+
+def _is_widget(tag: Any) -> bool:
+    """A small element whose class or id names a page widget (a long one is content, whatever its name)."""
+    names = [*(tag.get("class") or []), str(tag.get("id") or "")]
+    if not any(_WIDGET.search(name) for name in names if name):
+        return False
+    return len(tag.get_text(" ", strip=True)) <= 2000
+
+
+def _fill_row_spans(soup: Any, main: Any) -> None:
+    """Give each row of a table with ``rowspan`` cells a copy of the spanning cell, so the cells after it keep
+    their columns in Markdown (which has no spans: a cell spanning columns is written once, then empty cells);
+    a ``|`` in a cell is escaped, as a Markdown table needs."""
+    for bar in main.find_all(string=re.compile(r"\|")):
+        if bar.find_parent(["td", "th"]) is not None:
+            bar.replace_with(bar.replace("|", "\\|"))
+    for table in main.find_all("table"):
+        pending: dict[int, tuple[Any, int]] = {}  # column -> (cell, rows it still spans)
+        for tr in table.find_all("tr"):
+            if tr.find_parent("table") is not table:
+                continue
+            cells = tr.find_all(["td", "th"], recursive=False)
+            column, index = 0, 0
+            while index < len(cells) or any(c >= column for c in pending):
+                if column in pending:
+                    cell, left = pending.pop(column)
+                    copy = soup.new_tag(cell.name, attrs={"colspan": cell.get("colspan", "1")})
+                    copy.string = " ".join(cell.get_text().split())
+                    if index < len(cells):
+                        cells[index].insert_before(copy)
+                    else:
+                        tr.append(copy)
+                    if left > 1:
+                        pending[column] = (cell, left - 1)
+                    column += _span(cell, "colspan")
+                    continue
+                if index >= len(cells):
+                    tr.append(soup.new_tag("td"))  # a short row before a cell spanning down from above
+                    column += 1
+                    continue
+                cell = cells[index]
+                rows = _span(cell, "rowspan")
+                if rows > 1:
+                    pending[column] = (cell, rows - 1)
+                    del cell["rowspan"]
+                column += _span(cell, "colspan")
+                index += 1
+
+
+def _span(cell: Any, attribute: str) -> int:
+    value = str(cell.get(attribute, "1")).strip()
+    return max(1, min(1000, int(value))) if value.isdigit() else 1
+
+
+def _html_title(page_title: str, h1: str) -> str:
+    """The article's title: its ``<h1>`` when the ``<title>`` is that heading and the site's name around a
+    separator (``Single sign-on | Help Center``, ``Help Center: Single sign-on``), else the ``<title>`` without
+    a ``| Site`` suffix."""
+    folded, heading = page_title.casefold(), h1.casefold()
+    if h1 and (
+        folded == heading
+        or (folded.startswith(heading) and _SEPARATOR_AFTER.match(page_title[len(h1) :]))
+        or (folded.endswith(heading) and _SEPARATOR_BEFORE.search(page_title[: -len(h1)]))
+    ):
+        return h1
+    suffix = _TITLE_SUFFIX.fullmatch(page_title)
+    return suffix.group(1) if suffix else page_title
 
 
 def _inner_anchor(heading: Any) -> str | None:
@@ -430,11 +600,13 @@ def _parent_anchor(heading: Any) -> str | None:
 # --- Markdown and text ----------------------------------------------------------------------------------------
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_SETEXT = re.compile(r"^ {0,3}(=|-)\1*\s*$")
 
 
 def _markdown_sections(text: str, anchors: list[tuple[str, str]] | None = None) -> Iterator[Section]:
-    """Split Markdown at its ATX headings (not inside fenced code); ``anchors`` (heading text, id) in order
-    give the anchors of an HTML page's headings, else each heading's slug."""
+    """Split Markdown at its headings, ATX (``## Heading``) and setext (a line underlined with ``===`` or
+    ``---``), not inside fenced code; ``anchors`` (heading text, id) in order give the anchors of an HTML page's
+    headings, else each heading's slug."""
     outline = _Outline()
     pending = list(anchors) if anchors is not None else None
     lines: list[str] = []
@@ -444,18 +616,33 @@ def _markdown_sections(text: str, anchors: list[tuple[str, str]] | None = None) 
     for line in text.split("\n"):
         if _FENCE.match(line):
             in_fence = not in_fence
-        match = None if in_fence else _HEADING.match(line)
-        if match is None:
+        level, heading, heading_lines = 0, "", [line]
+        if not in_fence:
+            match = _HEADING.match(line)
+            underline = _SETEXT.match(line)
+            if match is not None:
+                level, heading = len(match.group(1)), match.group(2).strip()
+            elif underline is not None and _setext_title(lines):
+                level, heading = (1 if underline.group(1) == "=" else 2), lines[-1].strip()
+                heading_lines = [lines.pop(), line]
+        if not level:
             lines.append(line)
             continue
         if "\n".join(lines).strip():
             yield Section(outline.path, "\n".join(lines).strip(), anchor=anchor)
-        heading = match.group(2).strip()
-        outline.push(len(match.group(1)), heading)
-        lines = [line]
+        outline.push(level, heading)
+        lines = heading_lines
         anchor = _take_anchor(pending, heading) if pending is not None else slug(heading)
     if "\n".join(lines).strip():
         yield Section(outline.path, "\n".join(lines).strip(), anchor=anchor)
+
+
+def _setext_title(lines: list[str]) -> bool:
+    """Whether the last of ``lines`` is a paragraph of one line, which an ``===`` or ``---`` line under it
+    makes a heading (a list item, quote, table row or heading above it is not)."""
+    if not lines or not lines[-1].strip() or (len(lines) > 1 and lines[-2].strip()):
+        return False
+    return not re.match(r" {4}|\s*([-*+>|#]|\d+[.)])(\s|$)|\s*\|", lines[-1])
 
 
 def _take_anchor(pending: list[tuple[str, str]], heading: str) -> str | None:
@@ -532,11 +719,25 @@ READERS: dict[str, type[BaseReader]] = {
 """The reader of each file suffix (lower case)."""
 
 
-def file_extractor() -> dict[str, BaseReader]:
+def reader_for(suffix: str, *, max_file_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> BaseReader:
+    """The reader of a file suffix (a key of ``READERS``); ``max_file_bytes`` (the ``max_file_mb`` setting)
+    also caps what a ZIP-based document (.docx) may expand to.
+
+    Example:
+        >>> reader_for(".docx", max_file_bytes=2**20).max_uncompressed_bytes
+        1048576
+    """
+    reader = READERS[suffix]
+    if reader is DocxReader:
+        return DocxReader(max_uncompressed_bytes=max_file_bytes)
+    return reader()
+
+
+def file_extractor(*, max_file_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> dict[str, BaseReader]:
     """A ``SimpleDirectoryReader`` ``file_extractor`` with a reader for every suffix of ``READERS``.
 
     Example:
         >>> sorted(file_extractor())[:3]
         ['.docx', '.htm', '.html']
     """
-    return {suffix: reader() for suffix, reader in READERS.items()}
+    return {suffix: reader_for(suffix, max_file_bytes=max_file_bytes) for suffix in READERS}

@@ -3,14 +3,33 @@ tables as rows of cells; and through LlamaIndex's SimpleDirectoryReader as its f
 
 from __future__ import annotations
 
+import re
+import zipfile
 from pathlib import Path
 
+import docx
 import pytest
 from llama_index.core import SimpleDirectoryReader
 
-from ingestion.readers import DocumentReadError, HtmlReader, MarkdownReader, PdfReader, file_extractor, html_sections
+from ingestion.readers import (
+    DocumentReadError,
+    DocxReader,
+    HtmlReader,
+    MarkdownReader,
+    PdfReader,
+    file_extractor,
+    html_sections,
+    reader_for,
+    table_rows,
+)
+from ingestion.sources import SourceError, read_document
+from tests.ingestion.simple_pdf import pdf, ruled_table, text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
+
+ROLES = [["Role", "View", "Export", "Import"], ["Agent", "yes", "no", "no"], ["Admin", "yes", "yes", "yes"]]
+ROLE_ROWS = ["| Role | View | Export | Import |", "| --- | --- | --- | --- |", "| Agent | yes | no | no |"]
+"""A table whose rows repeat a cell's text in the next cell: each must stay a cell of its own."""
 
 
 def test_pdf_sections_follow_the_outline_with_their_pages() -> None:
@@ -101,3 +120,216 @@ def test_a_scanned_pdf_is_read_by_ocr_with_its_page() -> None:
     [doc] = PdfReader().load_data(FIXTURES / "scanned.pdf")
     assert doc.metadata["page"] == 1 and doc.metadata["ocr"] is True
     assert "Ctrl+F12" in doc.text and "insert" in doc.text and "memo" in doc.text.lower()
+
+
+# --- tables: every cell in its column, in the section that holds the table ------------------------------------
+def test_table_rows_keep_equal_neighbours_and_empty_cells_in_their_columns() -> None:
+    assert table_rows([*ROLES[:2], ["Note", "Exports need approval", None, ""]]).splitlines() == [
+        *ROLE_ROWS,
+        "| Note | Exports need approval |  |  |",
+    ]
+
+
+def _word_file(path: Path, *, padding: int = 0) -> Path:
+    """A Word file: a heading, a four-column table with equal neighbouring cells and a merged cell, a heading
+    after it; ``padding`` spaces (highly compressible, as in a ZIP bomb) inside its document part."""
+    document = docx.Document()
+    document.add_heading("Access", 1)
+    document.add_paragraph("Who can do what.")
+    document.add_heading("Permissions", 2)
+    table = document.add_table(rows=4, cols=4)
+    for r, row in enumerate([*ROLES, ["Note", "", "", ""]]):
+        for c, cell in enumerate(row):
+            table.cell(r, c).text = cell
+    table.cell(3, 1).merge(table.cell(3, 3)).text = "Exports need approval"
+    document.add_heading("Audit", 2)
+    document.add_paragraph("Every export is logged.")
+    document.save(str(path))
+    if padding:
+        with zipfile.ZipFile(path) as archive:
+            parts = {name: archive.read(name) for name in archive.namelist()}
+        parts["word/document.xml"] = parts["word/document.xml"].replace(b"</w:body>", b" " * padding + b"</w:body>")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in parts.items():
+                archive.writestr(name, data)
+    return path
+
+
+def test_word_table_keeps_every_cell_in_its_column_under_its_own_heading(tmp_path: Path) -> None:
+    docs = DocxReader().load_data(_word_file(tmp_path / "access.docx"))
+    [table] = [d for d in docs if "| Role |" in d.text]
+    assert table.metadata["heading_path"] == ["Access", "Permissions"]
+    assert table.text.splitlines()[2:] == [
+        *ROLE_ROWS,
+        "| Admin | yes | yes | yes |",
+        "| Note | Exports need approval |  |  |",  # one merged cell over three columns: written once
+    ]
+    assert [d.metadata["section"] for d in docs] == ["Access", "Permissions", "Audit"]
+
+
+def test_pdf_ruled_table_keeps_every_cell_in_its_column_under_its_own_heading(tmp_path: Path) -> None:
+    rows = [*ROLES, ["Note", "Exports need approval", None, None]]
+    page = [
+        text(72, 740, "Access", 16),
+        text(72, 715, "Who can do what."),
+        text(72, 680, "Permissions", 16),
+        *ruled_table(72, 670, rows, widths=[100, 100, 100, 100]),
+        text(72, 560, "Audit", 16),
+        text(72, 535, "Every export is logged."),
+    ]
+    path = tmp_path / "access.pdf"
+    path.write_bytes(pdf([page], [("Access", 0, 760), ("Permissions", 0, 700), ("Audit", 0, 580)], "Access guide"))
+    docs = PdfReader().load_data(path)
+    assert [d.metadata["section"] for d in docs] == ["Access", "Permissions", "Audit"]
+    assert docs[1].text.splitlines()[1:] == [
+        *ROLE_ROWS,
+        "| Admin | yes | yes | yes |",
+        "| Note | Exports need approval |  |  |",
+    ]
+
+
+def test_html_table_keeps_every_cell_in_its_column_with_spans_under_its_own_heading() -> None:
+    page = (
+        "<html><body><main><h1>Access</h1><p>Who can do what.</p><h2 id='perm'>Permissions</h2>"
+        "<table><thead><tr><th>Role</th><th>View</th><th>Export</th><th>Import</th></tr></thead><tbody>"
+        "<tr><td>Agent</td><td>yes</td><td>no</td><td>no</td></tr>"
+        "<tr><td rowspan='2'>Admin</td><td>yes</td><td>yes</td><td>yes</td></tr>"
+        "<tr><td>no</td><td>no</td><td>a | b</td></tr>"
+        "<tr><td>Note</td><td colspan='3'>Exports need approval</td></tr></tbody></table>"
+        "<h2 id='audit'>Audit</h2><p>Every export is logged.</p></main></body></html>"
+    )
+    _, sections = html_sections(page)
+    assert [(s.heading_path, s.anchor) for s in sections] == [
+        (["Access"], None),
+        (["Access", "Permissions"], "perm"),
+        (["Access", "Audit"], "audit"),
+    ]
+    assert sections[1].text.splitlines()[2:] == [
+        *ROLE_ROWS,
+        "| Admin | yes | yes | yes |",
+        "| Admin | no | no | a \\| b |",  # the cell spanning two rows is in both; a bar in a cell is escaped
+        "| Note | Exports need approval | | |",
+    ]
+
+
+def test_html_table_without_header_cells_takes_its_first_row_as_the_header() -> None:
+    _, [section] = html_sections("<table><tr><td>Role</td><td>Export</td></tr><tr><td>Agent</td><td>no</td></tr>")
+    assert section.text.splitlines() == ["| Role | Export |", "| --- | --- |", "| Agent | no |"]
+
+
+def test_markdown_table_is_filed_under_its_setext_heading(tmp_path: Path) -> None:
+    path = tmp_path / "access.md"
+    path.write_text(
+        "Access\n======\n\nWho can do what.\n\nPermissions\n-----------\n\n"
+        + "\n".join(table_rows(ROLES).splitlines())
+        + "\n\n## Audit\n\nEvery export is logged.\n\n- a list item\n---\n\nA paragraph.\n\n---\n"
+    )
+    docs = MarkdownReader().load_data(path)
+    assert [(d.metadata["heading_path"], d.metadata["anchor"]) for d in docs] == [
+        (["Access"], "access"),
+        (["Access", "Permissions"], "permissions"),
+        (["Access", "Audit"], "audit"),  # a rule under a list item or after a blank line is no heading
+    ]
+    assert docs[0].metadata["title"] == "Access"
+    assert docs[1].text.splitlines()[3:6] == ROLE_ROWS
+
+
+# --- HTML: the article, not the help centre around it -------------------------------------------------------
+HELP_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Single sign-on (SAML) | Northwind Help Center</title>
+<script>window.analytics = {};</script></head>
+<body>
+<div id="onetrust-banner-sdk" class="cookie-banner"><p>We use cookies to improve your experience.</p>
+<button>Accept all</button></div>
+<header class="site-header"><a class="logo" href="/">Northwind Help Center</a>
+<form role="search"><input name="q"></form></header>
+<div class="container">
+<aside class="article-sidebar"><h3>Articles in this section</h3><ul><li>Passwords</li></ul></aside>
+<article class="article">
+<header class="article-header"><h1>Single sign-on (SAML)</h1></header>
+<ol class="breadcrumbs"><li><a href="/">Northwind</a></li><li><a href="/admin">Administration</a></li></ol>
+<section class="article-info"><div class="article-body">
+<p>Administrators can let people sign in with their company identity provider.</p>
+<h2 id="h_roles">Which roles can export reports</h2>
+<table><tr><th>Role</th><th>Export</th></tr><tr><td>Agent</td><td>no</td></tr><tr><td>Admin</td><td>yes</td></tr>
+</table>
+<h2 id="h_setup">Set up SAML</h2><ol><li>Open <strong>Admin &gt; Security</strong>.</li><li>Choose SAML.</li></ol>
+</div>
+<div class="article-votes"><span class="article-votes-question">Was this article helpful?</span>
+<div class="article-votes-controls"><button class="article-vote-up">Yes</button><button>No</button></div>
+<small class="article-votes-count">3 out of 5 found this helpful</small></div>
+<div class="article-more-questions">Have more questions? <a href="/requests/new">Submit a request</a></div>
+<div><p>Did this page help you?</p><p><a href="/vote?y">Yes</a> <a href="/vote?n">No</a></p></div>
+<p><a href="https://github.com/northwind/help/edit/main/sso.md">Edit this page</a></p>
+</section>
+</article>
+</div>
+<footer class="site-footer"><p>Northwind Inc.</p></footer>
+</body></html>"""
+
+
+def test_help_centre_page_is_read_as_its_article_titled_without_the_site_name() -> None:
+    title, sections = html_sections(HELP_PAGE)
+    assert title == "Single sign-on (SAML)"
+    assert [(s.heading_path[-1], s.anchor) for s in sections] == [
+        ("Single sign-on (SAML)", None),
+        ("Which roles can export reports", "h_roles"),
+        ("Set up SAML", "h_setup"),
+    ]
+    text = "\n".join(s.text for s in sections)
+    assert "identity provider" in text and "| Agent | no |" in text and "2. Choose SAML." in text
+    assert text.rstrip().endswith("2. Choose SAML."), text  # nothing of the page after the article's last words
+    for boilerplate in ("helpful", "Yes", "Submit a request", "help you", "Edit this page", "Administration"):
+        assert boilerplate not in text, boilerplate
+
+
+def test_page_without_main_or_article_drops_its_header_landmarks_and_cookie_banner() -> None:
+    page = (
+        "<html><head><title>Reports — Northwind Docs</title></head><body>"
+        "<header><h1>Northwind Docs</h1><p>Docs home</p></header>"
+        "<div role='navigation'><a href='/'>All topics</a></div>"
+        "<div id='cookie-consent'><h2>We value your privacy</h2><p>Accept cookies?</p></div>"
+        "<div class='content'><h2 id='export'>Exporting a report</h2><p>Choose Export.</p>"
+        "<p class='edit-link'><a href='/edit'>Suggest changes</a></p></div>"
+        "<div role='contentinfo'>Northwind Inc.</div></body></html>"
+    )
+    title, [section] = html_sections(page)
+    assert title == "Reports"  # the <title> without the site's name after a dash
+    assert section.text == "## Exporting a report\n\nChoose Export."
+
+
+@pytest.mark.parametrize(
+    ("title", "h1", "expected"),
+    [
+        ("Single sign-on (SAML) | Northwind Help Center", "Single sign-on (SAML)", "Single sign-on (SAML)"),
+        ("Single Sign-On - Northwind", "Single sign-on", "Single sign-on"),
+        ("Northwind Help: Exporting reports", "Exporting reports", "Exporting reports"),
+        ("Reports · Northwind Docs", "", "Reports"),
+        ("Sign-in - troubleshooting", "", "Sign-in - troubleshooting"),  # a hyphen alone is no site separator
+        ("Print options", "Printing", "Print options"),  # a heading that is not the title's
+        ("", "Exporting reports", "Exporting reports"),
+    ],
+)
+def test_html_title_is_the_articles_not_the_sites(title: str, h1: str, expected: str) -> None:
+    head = f"<title>{title}</title>" if title else ""
+    page = f"<html><head>{head}</head><body><main><h1>{h1}</h1><p>Text.</p></main></body></html>"
+    assert html_sections(page)[0] == expected
+
+
+# --- Word: a ZIP archive that expands too far is refused before it is expanded --------------------------------
+def test_word_file_that_expands_past_the_limit_is_refused(tmp_path: Path) -> None:
+    bomb = _word_file(tmp_path / "bomb.docx", padding=3 * 2**20)
+    assert bomb.stat().st_size < 100_000  # 3 MB of XML in a few KB
+    message = r"expands to more than 1 MB uncompressed \(\d MB from 0.\d\d MB on disk; .*max_file_mb.*\): if it is"
+    with pytest.raises(DocumentReadError, match=message):
+        DocxReader(max_uncompressed_bytes=2**20).load_data(bomb)
+    with pytest.raises(DocumentReadError, match=message):
+        reader_for(".docx", max_file_bytes=2**20).load_data(bomb)
+    assert DocxReader(max_uncompressed_bytes=4 * 2**20).load_data(bomb)[0].metadata["section"] == "Access"
+
+
+def test_ingesting_a_folder_applies_the_file_size_limit_to_a_word_files_expanded_size(tmp_path: Path) -> None:
+    bomb = _word_file(tmp_path / "bomb.docx", padding=3 * 2**20)
+    error = read_document(bomb, tmp_path, max_file_bytes=2**20)
+    assert isinstance(error, SourceError) and re.match(r"expands to more than 1 MB uncompressed", error.reason)
+    assert not isinstance(read_document(bomb, tmp_path, max_file_bytes=4 * 2**20), SourceError)
