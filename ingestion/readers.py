@@ -346,7 +346,7 @@ class DocxReader(BaseReader):
             text = " ".join(block.text.split())
             if not text:
                 continue
-            level = _heading_level(block.style.name if block.style is not None else "")
+            level = _docx_heading_level(block)
             if level:
                 close()
                 title = title or text
@@ -396,6 +396,34 @@ def _docx_cells(row: Any) -> list[str]:
         cells.append("" if cell._tc is previous else cell.text)
         previous = cell._tc
     return cells + [""] * row.grid_cols_after
+
+
+def _docx_heading_level(paragraph: Any) -> int:
+    """A Word paragraph's heading level (0: not a heading): its own outline level, else that of its style or
+    the first style it is based on that has one (a house style "Policy Heading" based on "Heading 2" is a
+    level-2 heading), else the level of a ``Heading N`` or ``Title`` style in that chain. Outline level 9 is body
+    text (Word's "TOC Heading", based on "Heading 1", sets it)."""
+    outline = _outline_level(paragraph._p.pPr)
+    if outline is not None:
+        return outline
+    style, seen = paragraph.style, 0
+    while style is not None and seen < 16:  # a chain of basedOn styles; a cycle in a damaged file stops here
+        outline = _outline_level(style.element.pPr)
+        if outline is not None:
+            return outline
+        level = _heading_level(style.name or "")
+        if level:
+            return level
+        style, seen = style.base_style, seen + 1
+    return 0
+
+
+def _outline_level(ppr: Any) -> int | None:
+    """The heading level of a ``w:outlineLvl`` (0-based, 9: body text) in paragraph properties, if there is one."""
+    if ppr is None or ppr.outlineLvl is None:
+        return None
+    value = int(ppr.outlineLvl.val)
+    return value + 1 if 0 <= value < 9 else 0
 
 
 def _heading_level(style: str) -> int:

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import docx
 import pytest
+from docx.enum.style import WD_STYLE_TYPE
+from docx.oxml import OxmlElement
+from docx.oxml.ns import qn
 from llama_index.core import SimpleDirectoryReader
 
 from ingestion.readers import (
@@ -165,6 +168,30 @@ def test_word_table_keeps_every_cell_in_its_column_under_its_own_heading(tmp_pat
         "| Note | Exports need approval |  |  |",  # one merged cell over three columns: written once
     ]
     assert [d.metadata["section"] for d in docs] == ["Access", "Permissions", "Audit"]
+
+
+def test_word_table_under_a_house_heading_style_is_filed_under_that_heading(tmp_path: Path) -> None:
+    document = docx.Document()
+    document.add_heading("Access", 1)
+    house = document.styles.add_style("Policy Heading", WD_STYLE_TYPE.PARAGRAPH)
+    house.base_style = document.styles["Heading 2"]  # a heading by inheritance, not by its name
+    document.add_paragraph("Permissions", style="Policy Heading")
+    table = document.add_table(rows=2, cols=2)
+    for c, (head, cell) in enumerate(zip(ROLES[0][:2], ROLES[1][:2], strict=True)):
+        table.cell(0, c).text, table.cell(1, c).text = head, cell
+    audit = document.add_paragraph("Audit")  # a heading by its own outline level (level 2)
+    level = OxmlElement("w:outlineLvl")
+    level.set(qn("w:val"), "1")
+    audit._p.get_or_add_pPr().append(level)
+    document.add_paragraph("Every export is logged.")
+    document.add_paragraph("Contents", style="TOC Heading")  # based on Heading 1, but body text (level 9)
+    document.save(str(tmp_path / "access.docx"))
+    docs = DocxReader().load_data(tmp_path / "access.docx")
+    assert [(d.metadata["heading_path"], d.text.splitlines()[-1]) for d in docs] == [
+        (["Access"], "# Access"),
+        (["Access", "Permissions"], "| Agent | yes |"),
+        (["Access", "Audit"], "Contents"),
+    ]
 
 
 def test_pdf_ruled_table_keeps_every_cell_in_its_column_under_its_own_heading(tmp_path: Path) -> None:
