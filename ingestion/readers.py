@@ -239,7 +239,7 @@ def _pdf_sections(pages: list[str], toc: list[tuple[str, int | None, int]]) -> I
         lines = text.split("\n")
         start = 0
         for title, level in by_page.get(index, []):
-            at = next((i for i in range(start, len(lines)) if lines[i].strip() == title), None)
+            at = next((i for i in range(start, len(lines)) if _is_heading_line(lines[i], title)), None)
             if at is None:
                 outline.push(level, title)  # the heading is on this page but not a line of its own
                 continue
@@ -248,6 +248,16 @@ def _pdf_sections(pages: list[str], toc: list[tuple[str, int | None, int]]) -> I
             outline.push(level, title)
             start = at
         yield Section(outline.path, "\n".join(lines[start:]), page=index + 1)
+
+
+_NUMBERING = re.compile(r"^(\d+(\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+")
+
+
+def _is_heading_line(line: str, title: str) -> bool:
+    """Whether a line of a page is the outline heading ``title``, the one or the other with its section number
+    (``2.1 Permissions`` for the bookmark ``Permissions``) or in other capitals."""
+    line, title = " ".join(line.split()).casefold(), " ".join(title.split()).casefold()
+    return line == title or _NUMBERING.sub("", line, count=1) == _NUMBERING.sub("", title, count=1) != ""
 
 
 def _has_rules(page: Any) -> bool:

@@ -215,6 +215,22 @@ def test_pdf_ruled_table_keeps_every_cell_in_its_column_under_its_own_heading(tm
     ]
 
 
+def test_pdf_table_is_filed_under_its_numbered_heading_when_the_outline_has_no_numbers(tmp_path: Path) -> None:
+    page = [
+        text(72, 740, "1 Access", 16),
+        text(72, 715, "Who can do what."),
+        *ruled_table(72, 700, ROLES, widths=[100, 100, 100, 100]),
+        text(72, 600, "2 AUDIT", 16),
+        text(72, 575, "Every export is logged."),
+    ]
+    path = tmp_path / "access.pdf"
+    path.write_bytes(pdf([page], [("Access", 0, 760), ("Audit", 0, 620)], "Access guide"))
+    docs = PdfReader().load_data(path)
+    sections = [(d.metadata["section"], d.text.splitlines()[0]) for d in docs]
+    assert sections == [("Access", "1 Access"), ("Audit", "2 AUDIT")]
+    assert docs[0].text.splitlines()[2:5] == ROLE_ROWS
+
+
 def test_html_table_keeps_every_cell_in_its_column_with_spans_under_its_own_heading() -> None:
     page = (
         "<html><body><main><h1>Access</h1><p>Who can do what.</p><h2 id='perm'>Permissions</h2>"
