@@ -547,7 +547,7 @@ def _drop_page_parts(main: Any) -> None:
             line.parent is not None
             and line.parent is not main
             and line.parent.name not in _KEEP
-            and len(line.parent.get_text(" ", strip=True)) <= 200
+            and len(_WIDGET_TEXT.sub(" ", line.parent.get_text(" ")).split()) <= 4
         ):
             line = line.parent  # the widget around the line: "Was this article helpful?" and its Yes / No
         line.decompose()

@@ -303,6 +303,7 @@ HELP_PAGE = """<!DOCTYPE html>
 <small class="article-votes-count">3 out of 5 found this helpful</small></div>
 <div class="article-more-questions">Have more questions? <a href="/requests/new">Submit a request</a></div>
 <div><p>Did this page help you?</p><p><a href="/vote?y">Yes</a> <a href="/vote?n">No</a></p></div>
+<div><p>Signing in again applies the change.</p><p><a href="#top">Back to top</a></p></div>
 <p><a href="https://github.com/northwind/help/edit/main/sso.md">Edit this page</a></p>
 </section>
 </article>
@@ -321,7 +322,7 @@ def test_help_centre_page_is_read_as_its_article_titled_without_the_site_name() 
     ]
     text = "\n".join(s.text for s in sections)
     assert "identity provider" in text and "| Agent | no |" in text and "2. Choose SAML." in text
-    assert text.rstrip().endswith("2. Choose SAML."), text  # nothing of the page after the article's last words
+    assert text.rstrip().endswith("Signing in again applies the change."), text  # and not "Back to top" beside it
     for boilerplate in ("helpful", "Yes", "Submit a request", "help you", "Edit this page", "Administration"):
         assert boilerplate not in text, boilerplate
 
