@@ -14,7 +14,8 @@
     ragidx serve [--host H] [--port N]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
-``--data-dir`` overrides where the stores live.
+``--data-dir`` overrides where the stores live. ``--data-dir`` and ``-v`` go before the command's name or after it.
+Settings that cannot be used (an unknown variable or key, a value that does not fit) exit 2, naming each problem.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragidx.config import SettingsError
 from ragidx.safe_text import printable, printable_json
 
 
@@ -389,10 +391,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 FLASH_HELP = "an LLM picks the best articles from the chain's candidates (RAGIDX_FLASH__* settings)"
 
 
+def _global_arguments(p: argparse.ArgumentParser, *, subcommand: bool) -> None:
+    """The options every command takes, before its name or after it (``ragidx --data-dir X stats`` and
+    ``ragidx stats --data-dir X``). A subcommand's copy has no default (``SUPPRESS``), so leaving it out there
+    keeps what was given before the name instead of overwriting it."""
+    p.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS if subcommand else None,
+        help="where the stores live (default: RAGIDX_DATA_DIR or ./.ragidx)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if subcommand else 0,
+        help="more logging (-vv for debug)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragidx", description="Query engine over knowledge bases.")
-    parser.add_argument("--data-dir", help="where the stores live (default: RAGIDX_DATA_DIR or ./.ragidx)")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    _global_arguments(parser, subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -488,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.set_defaults(func=cmd_serve)
+    for command in sub.choices.values():
+        _global_arguments(command, subcommand=True)
     return parser
 
 
@@ -502,8 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return int(args.func(args))
-    except ValidationError as exc:
-        print(f"ragidx: invalid settings: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)
+    except SettingsError as exc:  # one line per problem, naming where each value came from, never a value
+        print(f"ragidx: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # settings changed after they were read: the fields and what is wrong only
+        problems = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False)]
+        print(f"ragidx: {printable(str(SettingsError(problems)), keep_newlines=True)}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, ConnectionError, RuntimeError) as exc:
         print(f"ragidx: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)  # may quote a file's text

