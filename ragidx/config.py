@@ -571,6 +571,25 @@ def _key_entry(i: int, keyed: int) -> str:
     return f"keys[{i}]" if i < keyed else f"api_keys[{i - keyed}]"
 
 
+class DashboardSettings(BaseModel):
+    """The Streamlit dashboard (``streamlit run streamlit_app.py``; docs: the dashboard).
+
+    Example:
+        >>> DashboardSettings().uploads
+        False
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    uploads: bool = Field(
+        default=False,
+        description="Let the dashboard's Ingest page add files to the knowledge base. Off by default: the "
+        "dashboard has no sign-in, so whoever reaches it could write. Turn it on only where every user who can "
+        "reach the dashboard may add articles (loopback, or behind a sign-in proxy); an upload never replaces an "
+        "article of another source or one the dashboard's reader (the public) cannot read.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything configurable in ragidx.
 
@@ -780,6 +799,7 @@ class Settings(BaseSettings):
         default_factory=QueueSettings, description="How questions take turns at the chat model."
     )
     serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings, description="The Streamlit dashboard.")
 
     @classmethod
     def settings_customise_sources(

@@ -1,4 +1,11 @@
-"""Uploaded files into the knowledge base: checked first, ingested with progress, reported plainly.
+"""Uploaded files into the knowledge base: authorised, checked first, ingested with progress, reported plainly.
+
+Uploads are a write by whoever reaches the dashboard, which has no sign-in: they are refused unless the dashboard
+is configured to take them (``[dashboard] uploads = true``, ``RAGIDX_DASHBOARD__UPLOADS=true``). When they are on,
+an upload adds and updates only its own articles: each upload is its own source (``upload:<file name>``), and an
+article whose id the knowledge base already holds from another source (``ragidx ingest``, another file), or that
+the dashboard's reader (the public) may not read, is skipped with a message, never replaced. Without this a JSONL
+line carrying the id of a restricted article would replace it, drop its restriction and publish its text.
 
 A bad upload never reaches the engine silently: an empty file, an unsupported type or a file in
 which not one article could be read each get a message saying what to upload instead.
@@ -10,6 +17,8 @@ urls). A document that cannot be read is not kept, and a failed upload of a name
 earlier file as it was.
 
 Example:
+    >>> upload_source("kb.jsonl")
+    'upload:kb.jsonl'
     >>> check_upload("notes.csv", b"a,b").split(". ")[0]
     "notes.csv: unsupported file type '.csv'"
     >>> check_upload("kb.jsonl", b"") is not None
@@ -26,9 +35,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, language_sample, read_source
+from ingestion.sources import (
+    DOCUMENT_SUFFIXES,
+    JSONL_SUFFIXES,
+    SourceError,
+    SourceItem,
+    language_sample,
+    read_source,
+)
+from ragidx.article import Article
+from ragidx.stores.access import Principal
 
-__all__ = ["ACCEPTED_SUFFIXES", "UploadResult", "check_upload", "count_items", "ingest_upload"]
+__all__ = [
+    "ACCEPTED_SUFFIXES",
+    "UPLOADS_OFF",
+    "UploadResult",
+    "check_upload",
+    "count_items",
+    "ingest_upload",
+    "upload_source",
+    "uploads_enabled",
+]
 
 ACCEPTED_SUFFIXES = sorted(JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
 WHAT_TO_UPLOAD = (
@@ -36,6 +63,28 @@ WHAT_TO_UPLOAD = (
     "a PDF, a Word .docx file, an HTML page, a Markdown (.md) or text (.txt) file."
 )
 ProgressFn = Callable[[int, int | None], None]
+UPLOADS_OFF = (
+    "Uploads are turned off on this dashboard: it has no sign-in, so an upload would let anyone who can open it "
+    "change the knowledge base. Ingest from the command line (`ragidx ingest FILE`), or have the operator turn "
+    "uploads on with `[dashboard] uploads = true` in ragidx.toml (or RAGIDX_DASHBOARD__UPLOADS=true) where only "
+    "trusted people can reach the dashboard."
+)
+NOT_REPLACED = (
+    "article {kb_id!r} is already in the knowledge base from another source, or is not public: an upload does "
+    "not replace it. Give this article another id, or update the original where it was ingested from"
+)
+UPLOAD_PREFIX = "upload:"
+"""Source names of dashboard uploads: an upload owns the articles of its own file name only."""
+
+
+def uploads_enabled(settings: Any) -> bool:
+    """Whether the dashboard may write uploads into the knowledge base (``Settings.dashboard.uploads``)."""
+    return bool(settings.dashboard.uploads)
+
+
+def upload_source(name: str) -> str:
+    """The source an uploaded file's articles are stored under: its file name, without any folder."""
+    return UPLOAD_PREFIX + Path(name.replace("\\", "/")).name
 
 
 def _safe_name(name: str) -> str:
@@ -99,13 +148,42 @@ UPLOADS_DIR = "uploads"
 """Where uploaded documents are kept, under the data dir."""
 
 
+def _own_articles(items: Iterable[SourceItem], store: Any, source: str, where: str, batch: int) -> Iterator[SourceItem]:
+    """``items`` with every article this upload may not write turned into a :class:`SourceError` saying so: one
+    whose id is stored from another source, or that the public may not read (its restriction would be dropped)."""
+    own = set(store.ids_for_source(source))
+    pending: list[SourceItem] = []
+
+    def checked(chunk: list[SourceItem]) -> Iterator[SourceItem]:
+        ids = [i.kb_id for i in chunk if isinstance(i, Article)]
+        stored = set(store.states(ids)) if ids else set()
+        mine = [k for k in stored if k in own]
+        public = set(store.get(mine, principal=Principal())) if mine else set()
+        refused = {k for k in stored if k not in own or k not in public}
+        for item in chunk:
+            if isinstance(item, Article) and item.kb_id in refused:
+                yield SourceError(where, None, NOT_REPLACED.format(kb_id=item.kb_id), kb_id=item.kb_id)
+            else:
+                yield item
+
+    for item in items:
+        pending.append(item)
+        if len(pending) >= batch:
+            yield from checked(pending)
+            pending = []
+    yield from checked(pending)
+
+
 def _ingest(engine: Any, path: Path, name: str, on_progress: ProgressFn | None, batch_articles: int) -> Any:
     total = count_items(path)
+    source = upload_source(name)
+    counted = _counted(read_source(path), total, on_progress)
+    read = _own_articles(counted, engine.article_store, source, str(path), batch_articles)
     # the language sample is a second pass over JSONL only: a document read twice would cost a second ingest
-    items = engine.choose_embedding(_counted(read_source(path), total, on_progress), sample=language_sample(path))
+    items = engine.choose_embedding(read, sample=language_sample(path))
     ingestor = engine.ingestor()
     ingestor.batch_articles = batch_articles
-    return ingestor.ingest(items, source=name)
+    return ingestor.ingest(items, source=source)
 
 
 @contextmanager
@@ -138,7 +216,10 @@ def ingest_upload(
     on_progress: ProgressFn | None = None,
     batch_articles: int = 16,
 ) -> UploadResult:
-    """Check and ingest one uploaded file into ``engine``'s knowledge base.
+    """Check and ingest one uploaded file into ``engine``'s knowledge base, when its settings allow uploads.
+
+    Articles of another source, or that the public may not read, are skipped (listed in ``skipped``), never
+    replaced.
 
     Args:
         engine: an :class:`ragidx.engine.Engine` (its ``ingestor()`` is used, in small batches so the
@@ -148,6 +229,8 @@ def ingest_upload(
         on_progress: called with ``(articles read, articles expected)``.
         batch_articles: articles embedded per batch.
     """
+    if not uploads_enabled(engine.settings):
+        return UploadResult(name, error=UPLOADS_OFF)
     problem = check_upload(name, data)
     if problem:
         return UploadResult(name, error=problem)
