@@ -446,6 +446,13 @@ class QueueSettings(BaseModel):
         "ahead times the measured time per question) is longer is refused at once; one that waited this long is "
         "refused then.",
     )
+    max_waiting_per_reader: int | None = Field(
+        default=None,
+        ge=1,
+        description="The most questions one reader (an API key's user and groups; the public reader) may have "
+        "waiting. None: its fair share, max_waiting divided by the readers waiting (rounded up). Readers are "
+        "served in turn, so one reader's many questions never hold back another's.",
+    )
 
     def effective_slots(self, endpoint: LLMEndpoint) -> int:
         return self.slots if self.slots is not None else (1 if endpoint.is_local else 4)

@@ -420,7 +420,10 @@ class Engine(PromptMixin):
                 if self._queue is None:
                     q = self.settings.queue
                     self._queue = ModelQueue(
-                        slots=q.effective_slots(self.settings.llm), max_waiting=q.max_waiting, max_wait_s=q.max_wait_s
+                        slots=q.effective_slots(self.settings.llm),
+                        max_waiting=q.max_waiting,
+                        max_wait_s=q.max_wait_s,
+                        max_waiting_per_reader=q.max_waiting_per_reader,
                     )
         return self._queue
 
@@ -476,7 +479,7 @@ class Engine(PromptMixin):
             raise ValueError("pass either session_id or history, not both")
         self._claim_session(session_id, scope.principal)
         t0 = time.perf_counter()
-        async with self.model_queue.aslot():
+        async with self.model_queue.aslot(reader=str(scope.principal)):  # readers take turns (the queue's fairness)
             waited = time.perf_counter() - t0
             await asyncio.to_thread(self._check_model_server)
             agent, generation = await asyncio.to_thread(self._borrow_agent, scope)

@@ -134,3 +134,54 @@ def test_threads_and_loops_wait_in_one_line() -> None:
     for t in threads:
         t.join(20)
     assert most == 2 and q.stats().served == 12 and q.stats().busy == 0
+
+
+def waiters(q: ModelQueue, reader: str, n: int, outcomes: list[tuple[str, str]]) -> list[threading.Thread]:
+    """``n`` questions of ``reader`` queued one after another; each records (reader, 'served' or 'refused')."""
+
+    def ask() -> None:
+        try:
+            with q.slot(reader):
+                outcomes.append((reader, "served"))
+        except EngineBusyError:
+            outcomes.append((reader, "refused"))
+
+    threads = []
+    for _ in range(n):
+        before = q.stats().waiting + q.stats().refused
+        threads.append(threading.Thread(target=ask))
+        threads[-1].start()
+        while q.stats().waiting + q.stats().refused == before:  # queued (or refused) before the next one
+            time.sleep(0.005)
+    return threads
+
+
+def test_one_reader_filling_the_line_cannot_starve_another() -> None:
+    q = ModelQueue(slots=1, max_waiting=16, max_wait_s=30)
+    outcomes: list[tuple[str, str]] = []
+    with q.slot("busy"):  # the model is answering
+        hog = waiters(q, "ann", 18, outcomes)  # 16 wait, 2 are refused: the line is full
+        assert q.stats().waiting == 16 and outcomes == [("ann", "refused")] * 2
+        other = waiters(q, "bob", 3, outcomes)  # bob still gets places: ann's newest are pushed out for him
+        assert q.stats().waiting == 16 and q.stats().refused == 5 and q.stats().readers_waiting == 2
+    for t in hog + other:
+        t.join(10)
+    assert outcomes.count(("ann", "refused")) == 5 and ("bob", "refused") not in outcomes
+    served = [r for r, what in outcomes if what == "served"]
+    # round-robin: bob's three are served among ann's first ones, not after all of hers
+    assert served[:6] == ["ann", "bob", "ann", "bob", "ann", "bob"] and served.count("ann") == 13
+
+
+def test_a_reader_over_its_configured_share_is_refused_with_when_to_retry_while_others_get_places() -> None:
+    q = ModelQueue(slots=1, max_waiting=16, max_wait_s=30, max_waiting_per_reader=2)
+    outcomes: list[tuple[str, str]] = []
+    with q.slot("busy"):
+        threads = waiters(q, "ann", 2, outcomes)
+        with pytest.raises(EngineBusyError, match="2 questions of yours are already waiting") as caught, q.slot("ann"):
+            pass
+        assert caught.value.retry_after_s >= 1
+        threads += waiters(q, "bob", 2, outcomes)
+        assert q.stats().waiting == 4 and q.stats().readers_waiting == 2 and outcomes == []
+    for t in threads:
+        t.join(10)
+    assert [r for r, _ in outcomes] == ["ann", "bob", "ann", "bob"]
