@@ -30,18 +30,26 @@ def check_bind(host: str, *, has_keys: bool) -> None:
 
 def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> None:
     """Run the server until interrupted: the engine is built from ``settings``, warmed up (the local model
-    started, the index opened) before the first request, and closed at the end."""
-    import uvicorn
-
+    started, the index opened) before the first request, and closed at the end. A key variable that is not set
+    stops it before the engine starts. Its log lines (start, one per request, stop) go to stderr in
+    ``serve.log_format`` (:mod:`ragidx.server.runner`)."""
     from ragidx.engine import Engine
 
     check_bind(settings.serve.host, has_keys=settings.serve.has_keys)
-    settings.serve.key_readers()  # a key variable that is not set stops the server before the engine starts
-    with Engine(settings) as engine:
-        if warm_up:
-            engine.warm_up()
-        app = create_app(engine)
-        logger.info(
-            "serving %s on http://%s:%d/v1", settings.serve.model_name, settings.serve.host, settings.serve.port
-        )
-        uvicorn.run(app, host=settings.serve.host, port=settings.serve.port, log_level=log_level)
+    from ragidx.server.runner import LoggedServer, log_to_stderr, uvicorn_config
+
+    readers = settings.serve.key_readers()
+    handler = log_to_stderr(settings.serve.log_format)
+    try:
+        with Engine(settings) as engine:
+            if warm_up:
+                engine.warm_up()
+            app = create_app(engine)
+            server = LoggedServer(
+                uvicorn_config(app, settings.serve, log_level=log_level),
+                keys=len(readers),
+                readers=len({(user, groups) for _, user, groups in readers}),
+            )
+            server.run()
+    finally:
+        logging.getLogger("ragidx.server").removeHandler(handler)

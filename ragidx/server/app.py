@@ -17,10 +17,18 @@ error. A request may narrow with ``filters`` (:func:`~ragidx.server.openai_forma
 names a reader: a body that does is refused (403), except OpenAI's own ``user`` field of a chat request, an
 end-user id for logs, which is ignored.
 
-Errors are OpenAI's error JSON: 400 malformed JSON or request (bad ``filters`` too), 401 a missing or wrong key,
-403 a non-loopback client of a server without keys or a body naming a reader, 413 a request over
-``serve.max_request_bytes``, 429 the model queue is full (``Retry-After``), 503 the local model is down, 502 a
-remote endpoint failed or refused.
+Errors are OpenAI's error JSON: 400 malformed JSON or request (bad ``filters``, a body nested deeper than
+``MAX_JSON_DEPTH``, text with a lone surrogate, a question over ``serve.max_question_chars`` or
+``serve.max_question_tokens`` too), 401 a missing or wrong key, 403 a non-loopback client of a server without keys
+or a body naming a reader, 408 a body not sent within ``serve.request_timeout_s``, 413 a request over
+``serve.max_request_bytes``, 429 the model queue is full or the key's reader holds its share of it
+(``Retry-After``), 503 the local model is down, 502 a remote endpoint failed or refused, 500 anything else. An
+error says what was wrong with the request, never what the server holds: a 500, 502 or 503 names an error id and
+the server's log holds the details (no SQL, file path, reader or tenant ever reaches a client).
+
+Logs (the ``ragidx.server`` loggers; ``ragidx serve`` writes them to stderr as one JSON object per line,
+:mod:`ragidx.server.logs`): one line per request on ``ragidx.server.access`` (method, route, status, seconds, the
+key's entry such as ``keys[0]`` and its reader; never the key; the question only with ``serve.log_questions``).
 
 Example:
     >>> app = create_app(Engine(Settings(data_dir="/tmp/kb")))        # doctest: +SKIP
@@ -35,6 +43,8 @@ import hmac
 import ipaddress
 import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -43,6 +53,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from llama_index.core.vector_stores.types import MetadataFilters
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragidx.engine import Engine
@@ -55,6 +66,7 @@ from ragidx.server.openai_format import (
     RequestError,
     chat_chunk,
     chat_completion,
+    check_body,
     closing_text,
     completion_id,
     error_body,
@@ -67,10 +79,15 @@ from ragidx.stores.access import Principal
 __all__ = ["create_app", "is_loopback"]
 
 logger = logging.getLogger(__name__)
+access_log = logging.getLogger("ragidx.server.access")
 T = TypeVar("T")
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass
 
 
@@ -133,7 +150,11 @@ class _Metrics:
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving ``engine`` (the engine stays the caller's: close it after the server stops)."""
     settings = engine.settings.serve
-    readers = [(key.encode(), Principal.of(user, groups)) for key, user, groups in settings.key_readers()]
+    keyed = len(settings.keys)
+    readers = [
+        (key.encode(), Principal.of(user, groups), f"keys[{i}]" if i < keyed else f"api_keys[{i - keyed}]")
+        for i, (key, user, groups) in enumerate(settings.key_readers())
+    ]
     model_id = settings.model_name
     metrics = _Metrics(engine)
     app = FastAPI(title="ragidx", summary="OpenAI-compatible answers with citations from a knowledge base")
@@ -144,20 +165,27 @@ def create_app(engine: Engine) -> FastAPI:
         return JSONResponse(error_body(message, kind=kind, code=code), status_code=status, headers=headers or None)
 
     def engine_error(exc: Exception) -> JSONResponse:
-        """The HTTP error for what went wrong while answering (counted by kind)."""
+        """The HTTP error for what went wrong while answering (counted by kind). Only a busy queue's message, which
+        the queue writes for the caller, reaches the client; every other names an error id, and the server's log
+        holds the exception under it (its text may quote SQL, paths, the reader or the tenant)."""
         if isinstance(exc, EngineBusyError):
             metrics.errors.labels("busy").inc()
             retry = f"{exc.retry_after_s:.0f}"
             return error(429, str(exc), kind="server_busy", code="model_busy", **{"Retry-After": retry})
         if isinstance(exc, LocalModelError) or (isinstance(exc, LLMUnavailableError) and engine.settings.llm.is_local):
             metrics.errors.labels("model_down").inc()
-            return error(503, f"the local model is unavailable: {exc}", kind="server_error", code="model_unavailable")
+            return failure(503, "the local model is unavailable", exc, code="model_unavailable")
         if isinstance(exc, LLMUnavailableError | LLMRequestError):
             metrics.errors.labels("endpoint").inc()
-            return error(502, f"the model endpoint failed: {exc}", kind="server_error", code="upstream_error")
+            return failure(502, "the model endpoint failed", exc, code="upstream_error")
         metrics.errors.labels("internal").inc()
-        logger.exception("answering failed", exc_info=exc)
-        return error(500, f"answering failed: {type(exc).__name__}: {exc}", kind="server_error", code="internal_error")
+        return failure(500, "answering failed", exc, code="internal_error")
+
+    def failure(status: int, what: str, exc: BaseException, *, code: str) -> JSONResponse:
+        """``what`` went wrong (error id XYZ): the exception is logged under the id, never sent."""
+        error_id = uuid.uuid4().hex[:12]
+        logger.error("%s (error id %s)", what, error_id, exc_info=exc)
+        return error(status, f"{what} (error id {error_id}): see the server log", kind="server_error", code=code)
 
     def admission(request: Request) -> Response | Principal:
         """Who the request reads as, or why it is refused: loopback only without keys (as the public reader); a
@@ -172,11 +200,12 @@ def create_app(engine: Engine) -> FastAPI:
                 metrics.errors.labels("auth").inc()
                 return error(
                     401,
-                    "missing or wrong API key: send 'Authorization: Bearer KEY' with a key from serve.keys",
+                    "missing or wrong API key: send 'Authorization: Bearer KEY' with a key this server was given",
                     kind="invalid_request_error",
                     code="invalid_api_key",
                 )
-            reader = found
+            reader, entry = found
+            request.scope.setdefault("state", {})[_KEY] = entry
         if _declared_size(request) > settings.max_request_bytes:
             metrics.errors.labels("too_large").inc()
             return _too_large(settings.max_request_bytes)
@@ -190,18 +219,32 @@ def create_app(engine: Engine) -> FastAPI:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return error(exc.status_code, str(exc.detail), kind=kind)
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        metrics.errors.labels("internal").inc()
+        return failure(500, "answering failed", exc, code="internal_error")
+
     async def read_json(request: Request) -> dict[str, Any]:
+        """The body as a JSON object every later step can read: within the size limit, sent within
+        ``serve.request_timeout_s``, no deeper than ``MAX_JSON_DEPTH``, no lone surrogates, no NaN."""
         body = bytearray()
-        async for part in request.stream():
-            body.extend(part)
-            if len(body) > settings.max_request_bytes:
-                raise _TooLarge
         try:
-            data = json.loads(body)
+            async with asyncio.timeout(settings.request_timeout_s):
+                async for part in request.stream():
+                    body.extend(part)
+                    if len(body) > settings.max_request_bytes:
+                        raise _TooLarge
+        except TimeoutError:
+            raise _TooSlow from None
+        try:
+            data = json.loads(body, parse_constant=_no_constant)
+        except RecursionError:
+            raise RequestError("the request body is nested too deeply") from None
         except ValueError as exc:
-            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+            raise RequestError(f"the request body is not valid JSON: {_plain(exc)}") from None
         if not isinstance(data, dict):
             raise RequestError("the request body must be a JSON object")
+        check_body(data)
         return data
 
     async def parsed(request: Request) -> dict[str, Any] | JSONResponse:
@@ -216,6 +259,20 @@ def create_app(engine: Engine) -> FastAPI:
     def bad_request(exc: RequestError) -> JSONResponse:
         metrics.errors.labels("bad_request").inc()
         return JSONResponse(error_body(str(exc), kind="invalid_request_error", param=exc.param), status_code=400)
+
+    counter: list[Any] = []  # the chat model's token counter, made on the first question
+
+    def check_tokens(question: str) -> None:
+        """Refuse a question over ``serve.max_question_tokens`` tokens of the chat model's own tokenizer (the one
+        its prompts are budgeted with; cheap: tiktoken or the GGUF vocabulary, no weights)."""
+        if not counter:
+            counter.append(engine.llm_provider.token_counter(engine.settings.llm))
+        tokens = counter[0].count(question)
+        if tokens > settings.max_question_tokens:
+            raise RequestError(
+                f"the question is {tokens} tokens long; at most {settings.max_question_tokens} are accepted",
+                param="messages",
+            )
 
     async def narrowing(data: dict[str, Any], reader_fields: tuple[str, ...]) -> MetadataFilters | None | JSONResponse:
         """The request's ``filters`` (None: none), checked against the index; or the 400 / 403 that refuses a bad
@@ -292,8 +349,11 @@ def create_app(engine: Engine) -> FastAPI:
             return data
         try:
             question, history = read_conversation(data.get("messages"), max_question_chars=settings.max_question_chars)
+            await asyncio.to_thread(check_tokens, question)
         except RequestError as exc:
             return bad_request(exc)
+        if settings.log_questions:
+            request.scope.setdefault("state", {})[_QUESTION] = question
         filters = await narrowing(data, CHAT_READER_FIELDS)
         if isinstance(filters, JSONResponse):
             return filters
@@ -332,6 +392,8 @@ _ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/cha
 
 
 _READER = "ragidx_reader"
+_KEY = "ragidx_key"
+_QUESTION = "ragidx_question"
 
 
 def _reader(request: Request) -> Principal:
@@ -344,7 +406,7 @@ def _reader(request: Request) -> Principal:
 
 class _Guard:
     """ASGI middleware: answers a request ``admission`` refuses; passes the others on with the reader it admitted
-    them as (:func:`_reader`); counts every response."""
+    them as (:func:`_reader`); counts every response and writes its access-log line (:func:`_log_access`)."""
 
     def __init__(self, app: ASGIApp, *, admission: Callable[[Request], Response | Principal], counter: Counter) -> None:
         self.app = app
@@ -357,19 +419,53 @@ class _Guard:
             return
         path = scope.get("path", "")
         route = path if path in _ROUTES else "other"
+        started = time.perf_counter()
         admitted = self.admission(Request(scope))
         if isinstance(admitted, Response):
             self.counter.labels(route, str(admitted.status_code)).inc()
-            await admitted(scope, receive, send)
+            try:
+                await admitted(scope, receive, send)
+            finally:
+                _log_access(scope, route, admitted.status_code, time.perf_counter() - started)
             return
         scope.setdefault("state", {})[_READER] = admitted
+        status = 500  # what the client gets when the app fails before it answers
 
         async def counted(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                self.counter.labels(route, str(message["status"])).inc()
+                status = int(message["status"])
+                self.counter.labels(route, str(status)).inc()
             await send(message)
 
-        await self.app(scope, receive, counted)
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            _log_access(scope, route, status, time.perf_counter() - started)
+
+
+def _log_access(scope: Scope, route: str, status: int, seconds: float) -> None:
+    """One line on ``ragidx.server.access`` for a request that ended: its fields (``method``, ``route``,
+    ``status``, ``seconds``, ``key``: the key's entry in the settings, ``reader``; ``question`` only with
+    ``serve.log_questions``) in the record's ``ragidx`` attribute, for :mod:`ragidx.server.logs` to write as one
+    JSON object; the message says the same for plain handlers. Never the key itself."""
+    state = scope.get("state", {})
+    reader = state.get(_READER)
+    fields: dict[str, Any] = {
+        "event": "request",
+        "method": scope.get("method", ""),
+        "route": route,
+        "status": status,
+        "seconds": round(seconds, 3),
+        "key": state.get(_KEY),
+        "reader": str(reader) if isinstance(reader, Principal) else None,
+    }
+    if _QUESTION in state:
+        fields["question"] = state[_QUESTION]
+    access_log.info(
+        "%s %s %d %.3fs key=%s reader=%s", fields["method"], route, status, seconds, fields["key"], fields["reader"],
+        extra={"ragidx": fields},
+    )  # fmt: skip
 
 
 class _ClientGone(Exception):
@@ -397,17 +493,28 @@ async def _unless_gone(request: Request, awaitable: Awaitable[T]) -> T:
 _DISCONNECT_POLL_S = 0.5
 
 
-def _reader_of(header: str | None, readers: list[tuple[bytes, Principal]]) -> Principal | None:
-    """The reader of the key in an ``Authorization: Bearer KEY`` header; None: no key, or not one of ours. Every
-    key is compared in constant time, and all of them, so the time taken tells nothing about which matched."""
+def _reader_of(header: str | None, readers: list[tuple[bytes, Principal, str]]) -> tuple[Principal, str] | None:
+    """The reader of the key in an ``Authorization: Bearer KEY`` header and the key's entry (``keys[0]``, for
+    logs); None: no key, or not one of ours. Every key is compared in constant time, and all of them, so the time
+    taken tells nothing about which matched."""
     if not header or not header.lower().startswith("bearer "):
         return None
     given = header[7:].strip().encode()
     found = None
-    for key, reader in readers:
+    for key, reader, entry in readers:
         if hmac.compare_digest(given, key):
-            found = reader
+            found = (reader, entry)
     return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _plain(exc: ValueError) -> str:
+    """A JSON error's message, without Python's own wording for a number too long to read."""
+    text = str(exc)
+    return "a number has too many digits" if "integer string conversion" in text else text
 
 
 def _declared_size(request: Request) -> int:

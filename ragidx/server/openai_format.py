@@ -23,7 +23,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
 
 from ragidx.agent.answer import Answer
-from ragidx.stores.filters import as_filters, parse_filter
+from ragidx.stores.filters import INTERNAL_FIELDS, as_filters, parse_filter
 
 __all__ = [
     "CHAT_READER_FIELDS",
@@ -31,9 +31,11 @@ __all__ = [
     "RequestError",
     "answer_extra",
     "chat_chunk",
+    "check_body",
     "chat_completion",
     "completion_id",
     "error_body",
+    "has_lone_surrogate",
     "read_conversation",
     "read_filters",
     "refuse_reader_fields",
@@ -42,6 +44,10 @@ __all__ = [
 
 SOURCES_TITLE = "Sources:"
 MAX_FILTER_CONDITIONS = 32
+MAX_JSON_DEPTH = 32
+"""The deepest nesting of arrays and objects a request body may have (OpenAI's requests need 5)."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 READER_FIELDS = ("user", "groups", "group", "principal", "principals")
 """Body fields that would name a reader: the reader comes from the API key, so a request naming one is refused."""
@@ -136,11 +142,14 @@ def read_filters(value: Any) -> MetadataFilters | None:
             if not items:
                 raise RequestError(f"filters.{field}: an empty list matches nothing; give one value or more",
                                    param="filters")  # fmt: skip
-            if not all(isinstance(v, str | int | float | bool) and _finite(v) for v in items):
+            if not all(isinstance(v, str | int | float | bool) for v in items):
                 raise RequestError(
                     f"filters.{field}: a value must be text, a number or true/false (or a list of them)",
                     param="filters",
                 )
+            _check_field(field, f"filters.{field}")
+            for item in items:
+                _check_value(item, f"filters.{field}")
         return as_filters(value)
     if isinstance(value, list):
         _check_count(len(value))
@@ -149,17 +158,77 @@ def read_filters(value: Any) -> MetadataFilters | None:
             if not isinstance(expression, str):
                 raise RequestError(f"filters[{i}] must be a condition string like 'product=writer'", param="filters")
             try:
-                conditions.append(parse_filter(expression))
+                condition = parse_filter(expression)
             except ValueError as exc:
-                raise RequestError(f"filters[{i}]: {exc}", param="filters") from None
+                raise RequestError(f"filters[{i}]: {_printable(str(exc))}", param="filters") from None
+            _check_field(condition.key, f"filters[{i}]")
+            for item in condition.value if isinstance(condition.value, list) else [condition.value]:
+                _check_value(item, f"filters[{i}]")
+            conditions.append(condition)
         return MetadataFilters(filters=conditions, condition=FilterCondition.AND) if conditions else None
     raise RequestError(
         'filters must be an object {"field": value} or a list of conditions ["field>=value"]', param="filters"
     )
 
 
-def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
+def _check_field(field: str, where: str) -> None:
+    if field in INTERNAL_FIELDS:
+        raise RequestError(
+            f"{where}: {field!r} is not a field requests may filter on; filter on the articles' own metadata "
+            "(the error for an unknown field lists them)",
+            param="filters",
+        )
+
+
+def _check_value(value: Any, where: str) -> None:
+    """A value every store can compare: a finite number within int64 / float64, text without lone surrogates
+    (a store's query would fail on anything else, and its error is no answer for the caller). Text that reads as
+    a number (``"version>=1e308"``) is the store's to convert and refuse, as it knows the field's type."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        raise RequestError(f"{where}: the number is outside the range a filter can compare (64-bit integers)",
+                           param="filters")  # fmt: skip
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(f"{where}: a number must be finite", param="filters")
+    if isinstance(value, str) and has_lone_surrogate(value):
+        raise RequestError(f"{where}: the value holds a lone surrogate (text that is not Unicode)", param="filters")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a code point of U+D800-U+DFFF on its own (JSON's ``"\\ud800"``): no UTF-8 text does,
+    and stores, tokenizers and the model refuse it."""
+    return _SURROGATE.search(text) is not None
+
+
+def check_body(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a request body that no part of ragidx can read: nested deeper than ``max_depth`` arrays and objects,
+    or a string (a key or a value, anywhere) holding a lone surrogate.
+
+    Raises:
+        RequestError: which, and where (a JSON path such as ``messages[0].content``).
+    """
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                raise RequestError(f"the request body is nested deeper than {max_depth} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and has_lone_surrogate(key):
+                    raise RequestError(f"a field name in {path or 'the body'} holds a lone surrogate (not Unicode)")
+                where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key)
+                stack.append((child, where, depth + 1))
+        elif isinstance(item, str) and has_lone_surrogate(item):
+            top = re.split(r"[.\[]", path, maxsplit=1)[0] or None
+            raise RequestError(f"{path or 'the body'} holds a lone surrogate (text that is not Unicode); send UTF-8 "
+                               "text", param=top)  # fmt: skip
+
+
+def _printable(text: str) -> str:
+    """``text`` safe to echo in an error: lone surrogates replaced (JSON cannot carry them back)."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _check_count(count: int) -> None:
@@ -269,22 +338,6 @@ def chat_chunk(
         chunk["usage"] = _usage(answer)
         chunk["ragidx"] = answer_extra(answer)
     return chunk
-
-
-def closing_text(streamed: str, answer: Answer) -> str:
-    """What a stream adds after the model's own words: where the checked answer differs from what was streamed
-    (set aside as not an answer, or its citations renumbered), the answer as it stands; then the Sources block."""
-    markers = re.findall(r"\[\d{1,3}\]", streamed)
-    if answer.not_found:
-        if not streamed.strip():
-            return answer.text
-        why = f": {answer.not_found_reason}" if answer.not_found_reason else ""
-        return f"\n\nThis reply is not an answer from the knowledge base{why}.\n{answer.text}"
-    if not streamed.strip():
-        return answer.text + sources_block(answer)
-    if markers != re.findall(r"\[\d{1,3}\]", answer.text):
-        return f"\n\nWith its citations checked against the articles shown:\n{answer.text}" + sources_block(answer)
-    return sources_block(answer)
 
 
 def error_body(message: str, *, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:

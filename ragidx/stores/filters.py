@@ -28,10 +28,39 @@ from typing import Any, TypeAlias
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
-__all__ = ["FilterSpec", "as_filters", "describe_filters", "parse_filter", "parse_filters"]
+__all__ = [
+    "INTERNAL_FIELDS",
+    "FilterSpec",
+    "as_filters",
+    "describe_filters",
+    "parse_filter",
+    "parse_filters",
+    "user_fields",
+]
 
 FilterSpec: TypeAlias = MetadataFilters | Mapping[str, Any] | None
 """What the API's ``filters=`` accepts."""
+INTERNAL_FIELDS = frozenset(
+    {"id", "chunk_no", "tenant", "public", "location_url", "heading_path", "section", "page", "anchor"}
+)
+"""Fields the stores keep for themselves: a chunk's id and place in its article (ingestion sets ``section``,
+``page``, ``anchor``, ``heading_path`` and ``location_url`` on each chunk), the tenant, whether it is public.
+Nobody sets them on an article, so no list of filterable fields names them, and ``ragidx serve`` refuses a
+request filtering on them. (``allowed``, the permissions, is named by no list either, but a request may narrow
+with it: a store ANDs every search with the reader's own.)"""
+_UNLISTED = INTERNAL_FIELDS | {"allowed"}
+
+
+def user_fields(fields: Iterable[str]) -> list[str]:
+    """The fields of ``fields`` a user filters on (sorted): an article's own and its metadata, not
+    :data:`INTERNAL_FIELDS` nor ``allowed``. What an error about an unknown field lists.
+
+    Example:
+        >>> user_fields(["chunk_no", "product", "tenant", "kb_id", "allowed"])
+        ['kb_id', 'product']
+    """
+    return sorted(f for f in fields if f not in _UNLISTED)
+
 
 _EXPRESSION = re.compile(
     r"^\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*"

@@ -61,6 +61,7 @@ from pydantic import Field, PrivateAttr
 
 from ragidx.language import detect_language
 from ragidx.stores.access import ALLOWED, PUBLIC, allowed_of
+from ragidx.stores.filters import user_fields
 from ragidx.stores.fusion import FUSIONS, fuse
 from ragidx.terms import TERMS_FORMAT, terms
 
@@ -832,7 +833,7 @@ def filters_to_sql(filters: MetadataFilters, columns: FilterColumns | None = Non
 
 def _filter_to_sql(f: MetadataFilter, columns: FilterColumns) -> str:
     if f.key not in columns:
-        known = ", ".join(sorted(k for k in columns if k not in (ALLOWED, PUBLIC)))
+        known = ", ".join(user_fields(columns))
         raise ValueError(f"cannot filter on {f.key!r}: no article carries it; filterable fields are {known}")
     column, kind = columns[f.key]
     op = f.operator
@@ -890,8 +891,12 @@ def _filter_value(f: MetadataFilter, convert: Any, value: Any) -> Any:
             if isinstance(number, float):
                 if number != number or number in (float("inf"), float("-inf")):
                     raise ValueError(value)
-                return int(number) if number.is_integer() else number
-            return int(number)
+                number = int(number) if number.is_integer() else number
+            else:
+                number = int(number)
+            if isinstance(number, int) and not -(2**63) <= number < 2**63:  # beyond what Lance compares
+                raise ValueError(value)
+            return number
         if convert is float:
             number = float(value)
             if number != number or number in (float("inf"), float("-inf")):
@@ -899,5 +904,7 @@ def _filter_value(f: MetadataFilter, convert: Any, value: Any) -> Any:
             return number
         return convert(value)
     except (TypeError, ValueError):
-        kind = {bool: "true or false", int: "a number", float: "a number"}.get(convert, "a string")
+        kind = {bool: "true or false", int: "a number within ±9.2e18", float: "a finite number"}.get(
+            convert, "a string"
+        )
         raise ValueError(f"filter {f.key!r}: {value!r} is not {kind}, which this field holds") from None
