@@ -8,7 +8,8 @@ Every value is checked, whatever its source: a ``RAGIDX_*`` variable that is no 
 unknown key in the file (``llm.modle``), a file that is not TOML, or a value that does not fit raises one
 :class:`SettingsError` listing each problem on its own line, with where it came from and the nearest valid name.
 The few ``RAGIDX_*`` variables that are read elsewhere are listed in :data:`NON_SETTING_VARIABLES`; the
-variables that ``serve.keys`` entries name (``key_env``) are allowed too. No message quotes a value: it may be a key.
+variables that hold serve keys are allowed too: ``RAGIDX_KEY_*`` (as the serving guide names them) and any variable a
+``serve.keys`` entry names (``key_env``). No message quotes a value: it may be a key.
 
 Example:
     >>> from ragidx.config import Settings
@@ -70,6 +71,10 @@ NON_SETTING_VARIABLES: Mapping[str, str] = {
 """``RAGIDX_*`` variables that are no setting but are read elsewhere (name: what reads it): never an error.
 
 A new one must be added here, or every ``Settings()`` refuses it as an unknown setting."""
+
+KEY_VARIABLE_PREFIX = "RAGIDX_KEY_"
+"""Variables named so hold ``ragidx serve`` keys (``key_env = "RAGIDX_KEY_ANN"``): never an error, even where no
+settings file names them (a client's shell). No setting's variable starts so."""
 
 
 class SettingsError(ValueError):
@@ -446,13 +451,6 @@ class QueueSettings(BaseModel):
         "ahead times the measured time per question) is longer is refused at once; one that waited this long is "
         "refused then.",
     )
-    max_waiting_per_reader: int | None = Field(
-        default=None,
-        ge=1,
-        description="The most questions one reader (an API key's user and groups; the public reader) may have "
-        "waiting. None: its fair share, max_waiting divided by the readers waiting (rounded up). Readers are "
-        "served in turn, so one reader's many questions never hold back another's.",
-    )
 
     def effective_slots(self, endpoint: LLMEndpoint) -> int:
         return self.slots if self.slots is not None else (1 if endpoint.is_local else 4)
@@ -545,29 +543,6 @@ class ServerSettings(BaseModel):
     )
     max_question_chars: int = Field(
         default=8_000, ge=16, description="Longest last user message accepted (HTTP 400 past it)."
-    )
-    max_question_tokens: int = Field(
-        default=2_000,
-        ge=16,
-        description="Most tokens of the chat model's tokenizer in the last user message (HTTP 400 past it): the "
-        "question is in every prompt of its turn, and 8000 characters of some scripts are 8000 tokens or more.",
-    )
-    request_timeout_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Longest a client may take to send a request's body (HTTP 408 past it), so a client that "
-        "stalls holds no connection for long. Clients also get this long to send their headers and, between "
-        "requests, 5 s on a kept-alive connection.",
-    )
-    log_format: Literal["json", "text"] = Field(
-        default="json",
-        description="The server's log lines on stderr (start, one line per request, stop): 'json', one JSON object "
-        "per line (for log collectors), or 'text', the same as key=value pairs.",
-    )
-    log_questions: bool = Field(
-        default=False,
-        description="Write each chat request's question into its access-log line (off: questions may hold what "
-        "readers must not find in logs). Keys are never logged.",
     )
 
     @property
@@ -987,7 +962,13 @@ def _unknown_variables(environ: Mapping[str, str], allowed: set[str]) -> list[st
     problems = []
     for name in sorted(environ):
         upper = name.upper()  # pydantic-settings reads the variables whatever their case
-        if not upper.startswith(ENV_PREFIX) or upper in known or upper in NON_SETTING_VARIABLES or name in allowed:
+        if (
+            not upper.startswith(ENV_PREFIX)
+            or upper.startswith(KEY_VARIABLE_PREFIX)
+            or upper in known
+            or upper in NON_SETTING_VARIABLES
+            or name in allowed
+        ):
             continue
         problems.append(f"{name} is not a setting: {_nearest(upper, known, ENV_PREFIX)}")
     return problems
@@ -999,7 +980,9 @@ def _nearest(name: str, known: Iterable[str], prefix: str) -> str:
     match = difflib.get_close_matches(name[len(prefix) :], list(tails), n=1, cutoff=0.6)
     if match:
         return f"did you mean {tails[match[0]]}?"
-    return "check the spelling against the settings reference (docs: configuration), or unset it"
+    if "KEY" in name:
+        return f"name a variable that holds a serve key {KEY_VARIABLE_PREFIX}...; else check its spelling or unset it"
+    return "check its spelling against the settings reference (docs: configuration), or unset it"
 
 
 def _key_env_names(values: Mapping[str, Any], environ: Mapping[str, str]) -> set[str]:
@@ -1008,8 +991,8 @@ def _key_env_names(values: Mapping[str, Any], environ: Mapping[str, str]) -> set
     names: set[str] = set()
 
     def walk(node: Any) -> None:
-        if isinstance(node, BaseModel):
-            node = dict(node)
+        if isinstance(node, BaseModel):  # not dict(node): ServerSettings has a field named keys
+            node = {name: getattr(node, name) for name in type(node).model_fields}
         if isinstance(node, Mapping):
             if isinstance(node.get("key_env"), str):
                 names.add(node["key_env"])

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ragidx.config import NON_SETTING_VARIABLES, Settings, SettingsError
+from ragidx.config import (
+    KEY_VARIABLE_PREFIX,
+    NON_SETTING_VARIABLES,
+    ServerKey,
+    ServerSettings,
+    Settings,
+    SettingsError,
+    _setting_variables,
+)
 
 
 def test_env_and_toml_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,19 +205,30 @@ def test_variables_read_elsewhere_and_key_variables_are_no_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     toml = tmp_path / "ragidx.toml"
-    toml.write_text('[[serve.keys]]\nkey_env = "RAGIDX_KEY_ANN"\nuser = "ann"\n')
+    toml.write_text('[[serve.keys]]\nkey_env = "RAGIDX_ANN_KEY"\nuser = "ann"\n')
     for name in NON_SETTING_VARIABLES:
         monkeypatch.setenv(name, "1")
     monkeypatch.setenv("RAGIDX_CONFIG", str(toml))
-    monkeypatch.setenv("RAGIDX_KEY_ANN", "sk-ann")  # named by a key_env: a key, not a setting
+    monkeypatch.setenv("RAGIDX_ANN_KEY", "sk-ann")  # named by a key_env: a key, not a setting
     monkeypatch.setenv("RAGIDX_SERVE__API_KEYS", '["sk-public"]')
     assert Settings().serve.key_readers()[0] == ("sk-ann", "ann", ())
-    monkeypatch.setenv("RAGIDX_KEY_BOB", "sk-bob")  # named in the variable's JSON (it replaces the file's list)
-    monkeypatch.setenv("RAGIDX_SERVE__KEYS", '[{"key_env": "RAGIDX_KEY_BOB"}]')
+    monkeypatch.setenv("RAGIDX_BOB_KEY", "sk-bob")  # named in the variable's JSON (it replaces the file's list)
+    monkeypatch.setenv("RAGIDX_SERVE__KEYS", '[{"key_env": "RAGIDX_BOB_KEY"}]')
     assert Settings().serve.key_readers()[0] == ("sk-bob", None, ())
-    monkeypatch.setenv("RAGIDX_KEY_CAROL", "sk-carol")  # named by nothing
-    with pytest.raises(SettingsError, match="RAGIDX_KEY_CAROL is not a setting"):
+    monkeypatch.setenv("RAGIDX_CAROL_KEY", "sk-carol")  # named by nothing
+    with pytest.raises(SettingsError, match="RAGIDX_CAROL_KEY is not a setting"):
         Settings()
+    serve = ServerSettings(keys=[ServerKey(key_env="RAGIDX_CAROL_KEY")])  # named by an argument
+    assert Settings(serve=serve).serve.key_readers()[0] == ("sk-carol", None, ())
+
+
+def test_key_variables_named_as_the_serving_guide_names_them_are_no_error_anywhere(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no settings file names it: a client's shell, where curl sends $RAGIDX_KEY_ANN
+    monkeypatch.setenv("RAGIDX_KEY_ANN", "sk-ann")
+    assert not Settings().serve.has_keys
+    assert not [name for name in _setting_variables() if name.startswith(KEY_VARIABLE_PREFIX)]
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from tests.server.helpers import running
 ANN_KEY = "sk-ann-4f1c9e"
 HR_KEY = "sk-hr-77ab02"
 PUBLIC_KEY = "sk-widget-0d3e"
-ANN_KEY_ENV = "RAGIDX_TEST_SERVE_KEY_ANN"
+ANN_KEY_ENV = "RAGIDX_KEY_TEST_ANN"  # the serving guide's names (ragidx.config.KEY_VARIABLE_PREFIX)
 QUESTION = "How do I print payroll slips and labels on my printer?"
 KB = [
     Article("pub-labels", "Printing labels", "https://help/labels",
