@@ -15,8 +15,28 @@ Idempotent and crash-safe (see ``ragidx.stores.article_store`` for the ledger):
    embedded again), and it is marked ``indexed``; a crash in between re-indexes it like any pending article.
 
 An article's metadata (``Article.metadata``) travels onto every chunk, out of the embedded and LLM-visible
-text; an ``allowed`` value that is not a list of ``user:``/``group:`` principals is reported and the article
-skipped (stored public it would leak).
+text. Its permissions are checked before anything is stored (``ragidx.stores.access.checked_permissions``): an
+``allowed`` that is empty, misspelled (``Allowed``, ``allowed_groups``) or not a list of ``user:``/``group:``
+principals is that article's error, reported and skipped (stored public it would leak); spaces around an
+entry's colon are dropped (``"group: hr "`` is stored as ``"group:hr"``).
+
+Who owns an id: every article records its source (``source``, the name ``--prune`` knows) and where it came from
+(``origin``: its file, or the JSONL file or folder ingested). An article already stored from another source (a
+different file, or under another name where no file is known) is not replaced: it is reported in
+``IngestReport.conflicts`` with its owner's name and left as it is, unless ``replace=True``. A file reached
+through a folder or alone is the same source (one origin lies inside the other).
+
+Widening: a re-ingest that lets more people read an article than before (restricted to public, or a reader
+added) is reported (``IngestReport.widened``), and refused unless ``allow_widening=True``: the article is then
+left as stored and listed in ``IngestReport.widening_refused``. A dropped or mistyped ``allowed`` key in an
+export must not publish an article silently; opening one up is a deliberate act.
+
+Articles of the source that are no longer in it (files deleted, lines removed) are counted in
+``IngestReport.missing`` when ``prune`` is off, so that a deleted file never stays searchable unnoticed.
+
+A write that fails for lack of space or rights (``ENOSPC``, ``EDQUOT``, ``EROFS``, ``EACCES``, SQLite's "disk is
+full") stops the run with :class:`IngestStorageError`: one paragraph saying what happened and what to do. Nothing
+is lost by it: the articles being written stay pending and the next run re-indexes them exactly (3 above).
 
 Several processes may ingest into the same stores at once (a shared PostgreSQL article store beside
 Weaviate): every step on an article's chunks runs inside the article store's *claim* on that article
@@ -45,23 +65,27 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, RelatedNodeInfo, TransformComponent
+from sqlalchemy.exc import SQLAlchemyError
 
-from ingestion.sources import FILE_STAMP, SourceError, SourceItem
+from ingestion.sources import FILE_PATH, FILE_STAMP, SourceError, SourceItem
 from ragidx.article import SECTIONS, Article, location_url
 from ragidx.language import article_language
 from ragidx.safety.injection import FLAGS_KEY, flag_article
-from ragidx.stores.access import InvalidPermissions, allowed_of
+from ragidx.stores.access import InvalidPermissions, allowed_of, checked_permissions
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
 logger = logging.getLogger(__name__)
@@ -217,6 +241,14 @@ class IngestReport:
     """Why ``prune`` deleted nothing although asked to (items that failed to read, ids unknown)."""
     injection_flagged: list[str] = field(default_factory=list)
     """Articles seen in this run whose title, link or text holds instruction-like text (``injection_flags``)."""
+    widened: list[str] = field(default_factory=list)
+    """Articles this run let more people read than before (restricted to public, or a reader added)."""
+    widening_refused: list[str] = field(default_factory=list)
+    """Articles that would have been widened, left as stored (``allow_widening`` was off)."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """(kb_id, the owning source's name) of articles stored from another source, left as they are."""
+    missing: int = 0
+    """Articles of this source no longer in it (files gone, lines removed), kept because ``prune`` was off."""
 
     @property
     def chunks_per_second(self) -> float:
@@ -242,7 +274,70 @@ class IngestReport:
             **({"prune_skipped": self.prune_skipped} if self.prune_skipped else {}),
             "injection_flagged": len(self.injection_flagged),
             **({"injection_flagged_ids": self.injection_flagged[:20]} if self.injection_flagged else {}),
+            "widened": len(self.widened),
+            **({"widened_ids": self.widened[:20]} if self.widened else {}),
+            **({"widening_refused": self.widening_refused[:20]} if self.widening_refused else {}),
+            **(
+                {"conflicts": [{"kb_id": k, "owner": owner} for k, owner in self.conflicts[:20]]}
+                if self.conflicts
+                else {}
+            ),
+            "missing": self.missing,
         }
+
+    @property
+    def not_ingested(self) -> int:
+        """Items of the source left out: unreadable, owned by another source, or refused a widening."""
+        return len(self.errors) + len(self.conflicts) + len(self.widening_refused)
+
+
+STORAGE_ERRNOS = {
+    errno.ENOSPC: "no space is left on the disk",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission was denied",
+}
+_STORAGE_TEXTS = {
+    "no space left on device": errno.ENOSPC,
+    "database or disk is full": errno.ENOSPC,
+    "disk quota exceeded": errno.EDQUOT,
+    "read-only file system": errno.EROFS,
+    "readonly database": errno.EROFS,
+    "permission denied": errno.EACCES,
+}
+
+
+class IngestStorageError(RuntimeError):
+    """The stores could not be written (disk full, quota, read-only, permission): ``errno`` says which.
+
+    Its message is one paragraph for the person running the ingest: what happened, that nothing already ingested
+    is lost (the articles being written stay pending and are re-indexed by the next run), and what to do.
+    """
+
+    def __init__(self, code: int, cause: BaseException) -> None:
+        where = getattr(cause, "filename", None)
+        remedy = (
+            "Free space on that disk (or point data_dir at a larger one)"
+            if code in (errno.ENOSPC, errno.EDQUOT)
+            else "Give ragidx write access to its data folder (or point data_dir at a writable one)"
+        )
+        super().__init__(
+            f"ingest stopped: {STORAGE_ERRNOS[code]} where the index is written"
+            f"{f' ({where})' if where else ''}, so the articles being written were not finished. Nothing is lost: "
+            "what was already ingested is whole, and the unfinished articles are marked pending, so the next run "
+            f"re-indexes them exactly. {remedy}, then run the same command again."
+        )
+        self.errno = code
+
+
+def storage_errno(exc: BaseException) -> int | None:
+    """The storage errno (:data:`STORAGE_ERRNOS`) behind ``exc``, by its errno or its message (LanceDB and SQLite
+    report a full disk in words), or None for any other failure."""
+    code = getattr(exc, "errno", None)
+    if code in STORAGE_ERRNOS:
+        return int(code)
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return next((c for phrase, c in _STORAGE_TEXTS.items() if phrase in text), None)
 
 
 class Ingestor:
@@ -305,8 +400,44 @@ class Ingestor:
         prune: bool = False,
         progress: bool = False,
         total: int | None = None,
+        origin: str = "",
+        replace: bool = False,
+        allow_widening: bool = False,
     ) -> IngestReport:
-        """Ingest articles; errors in items are reported, never raised. See module docstring."""
+        """Ingest articles; errors in items are reported, never raised. See module docstring.
+
+        Args:
+            items: articles and the errors of items that could not be read (``ingestion.sources``).
+            source: the source's name (what ``prune`` and ownership go by).
+            prune: delete the source's articles that are no longer in it (else they are counted: ``missing``).
+            origin: the resolved path of the file or folder read ('' for articles handed in): an article records
+                its own file, else this.
+            replace: replace articles stored from another source (else each is a ``conflicts`` entry).
+            allow_widening: apply changes that let more people read an article (else ``widening_refused``).
+
+        Raises:
+            IngestStorageError: the stores could not be written (disk full, read-only ...); nothing is lost.
+        """
+        try:
+            return self._ingest(items, source, prune, progress, total, origin, replace, allow_widening)
+        except (OSError, SQLAlchemyError) as exc:
+            code = storage_errno(exc)
+            if code is None:
+                raise
+            logger.debug("ingest of %s stopped", source or "articles", exc_info=True)  # the error says it once
+            raise IngestStorageError(code, exc) from exc
+
+    def _ingest(
+        self,
+        items: Iterable[SourceItem],
+        source: str,
+        prune: bool,
+        progress: bool,
+        total: int | None,
+        origin: str,
+        replace: bool,
+        allow_widening: bool,
+    ) -> IngestReport:
         report = IngestReport(source=source)
         started = time.perf_counter()
         report.recovered = self._recover_pending(report)
@@ -317,32 +448,39 @@ class Ingestor:
         try:
             for batch in _batched(items, self.batch_articles):
                 articles: dict[str, Article] = {}
+                origins: dict[str, str] = {}
                 for item in batch:
                     if isinstance(item, SourceError):
                         report.errors.append(str(item))
                         logger.info("skipped %s", item)  # the caller lists them (the CLI: --max-errors)
-                        if item.kb_id is None:
+                        if item.refused:
+                            pass  # not part of the source: nothing stored to keep, nothing unknown
+                        elif item.kb_id is None:
                             unknown_failures += 1
                         else:
                             unread_ids.add(item.kb_id)
                         continue
+                    meta = {k: v for k, v in item.metadata.items() if k != FILE_PATH}
                     try:
-                        allowed_of(item.metadata)
+                        meta = checked_permissions(meta)
                     except InvalidPermissions as exc:
                         report.errors.append(f"{source or 'articles'}: article {item.kb_id!r}: {exc}; skipped")
                         logger.warning("skipped article %r of %s: %s", item.kb_id, source, exc)
+                        unread_ids.add(item.kb_id)  # its stored copy stays as it is: never pruned for a typo
                         continue
                     if item.kb_id in articles or item.kb_id in seen_ids:
                         report.duplicates += 1
                         logger.warning("duplicate kb_id %r in %s: the later copy wins", item.kb_id, source)
-                    articles[item.kb_id] = flag_article(item)  # every article, whatever reader made it
+                    origins[item.kb_id] = str(item.metadata.get(FILE_PATH) or origin)
+                    article = item if meta == item.metadata else dataclasses.replace(item, metadata=meta)
+                    articles[item.kb_id] = flag_article(article)  # every article, whatever reader made it
                 report.seen += len(articles)
                 flagged = [k for k, a in articles.items() if FLAGS_KEY in a.metadata]
                 report.injection_flagged += flagged
                 for kb_id in flagged:
                     logger.warning("%s holds instruction-like text %s", kb_id, articles[kb_id].metadata[FLAGS_KEY])
                 seen_ids.update(articles)
-                self._ingest_batch(list(articles.values()), source, report)
+                self._ingest_batch(list(articles.values()), source, report, origins, replace, allow_widening)
                 if bar is not None:
                     bar.update(len(batch))
                     bar.set_postfix(chunks=report.chunks_written, errors=len(report.errors))
@@ -356,9 +494,13 @@ class Ingestor:
             )
             logger.warning("%s", report.prune_skipped)
         elif prune:
-            gone = sorted(set(self.article_store.ids_for_source(source)) - seen_ids - unread_ids)
+            gone = sorted(set(self.article_store.ids_for_source(source, origin)) - seen_ids - unread_ids)
             self.delete(gone)
             report.deleted = len(gone)
+        elif not unknown_failures:
+            report.missing = len(set(self.article_store.ids_for_source(source, origin)) - seen_ids - unread_ids)
+            if report.missing:
+                logger.info("%d articles of %s are no longer in it (prune deletes them)", report.missing, source)
         self.vector_store.finalize()
         report.seconds = time.perf_counter() - started
         logger.info("ingested %s: %s", source or "articles", report.as_dict())
@@ -397,16 +539,37 @@ class Ingestor:
                 recovered += len(batch)
         return recovered
 
-    def _ingest_batch(self, articles: list[Article], source: str, report: IngestReport) -> None:
+    def _ingest_batch(
+        self,
+        articles: list[Article],
+        source: str,
+        report: IngestReport,
+        origins: dict[str, str],
+        replace: bool,
+        allow_widening: bool,
+    ) -> None:
         if not articles:
             return
         with self.article_store.claim([a.kb_id for a in articles]) as claim:
             states = claim.states([a.kb_id for a in articles])
-            same_text = [a for a in articles if states.get(a.kb_id) == (a.content_hash, INDEXED)]
-            stored = claim.stored_metadata([a.kb_id for a in same_text]) if same_text else {}
+            held = [a.kb_id for a in articles if a.kb_id in states]
+            owners = claim.owners(held) if held else {}
+            stored = claim.stored_metadata(held) if held else {}
             todo, relabel = [], []
             for a in articles:
                 state = states.get(a.kb_id)
+                if state is not None and not replace and not _same_owner(owners.get(a.kb_id), source, origins[a.kb_id]):
+                    owner = (owners.get(a.kb_id) or ("", ""))[0]
+                    report.conflicts.append((a.kb_id, owner))
+                    logger.info("%r belongs to source %r: not replaced (replace=True replaces it)", a.kb_id, owner)
+                    continue
+                if state is not None and _widens(stored.get(a.kb_id, {}), a.metadata):
+                    if not allow_widening:
+                        report.widening_refused.append(a.kb_id)
+                        logger.info("%r would become readable by more people: left as stored", a.kb_id)
+                        continue
+                    report.widened.append(a.kb_id)
+                    logger.warning("%r is now readable by more people than before", a.kb_id)
                 if state is None:
                     report.new += 1
                     todo.append(a)
@@ -419,18 +582,21 @@ class Ingestor:
                     report.changed += 1
                     todo.append(a)
             if relabel:
-                self._relabel(claim, relabel, source, report)
+                self._relabel(claim, relabel, source, report, origins)
             if not todo:
                 return
             self._check_embedding()
-            claim.save_pending(todo, source=source)
+            claim.save_pending(todo, source=source, origins=origins)
             self._index(claim, todo, report)
 
-    def _relabel(self, claim: Claim, articles: list[Article], source: str, report: IngestReport) -> None:
+    def _relabel(
+        self, claim: Claim, articles: list[Article], source: str, report: IngestReport, origins: dict[str, str]
+    ) -> None:
         """Give indexed articles whose text is unchanged their new metadata (permissions included) in the
         article store and on their chunks, without embedding; a store that cannot update in place re-indexes."""
         update = getattr(self.vector_store, "update_article_metadata", None)
-        claim.save_pending(articles, source=source)  # pending until the chunks say the same: a crash re-indexes
+        # pending until the chunks say the same: a crash re-indexes
+        claim.save_pending(articles, source=source, origins=origins)
         if update is None:
             report.changed += len(articles)
             self._check_embedding()
@@ -536,6 +702,29 @@ class Ingestor:
             excluded_embed_metadata_keys=[k for k in metadata if k != "title"],
             excluded_llm_metadata_keys=[k for k in metadata if k != "title"],
         )
+
+
+def _same_owner(owner: tuple[str, str] | None, source: str, origin: str) -> bool:
+    """Whether an article stored with ``owner`` (source, origin) comes from the source being ingested: the same
+    file, or one path inside the other (a folder and a file in it); where either has no origin, the same name."""
+    if owner is None:
+        return True
+    owned_by, owned_from = owner
+    if owned_from and origin:
+        a, b = PurePosixPath(owned_from), PurePosixPath(origin)
+        return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+    return owned_by == source
+
+
+def _widens(stored: dict[str, Any], metadata: dict[str, Any]) -> bool:
+    """Whether ``metadata``'s principals let someone read what the stored ones did not: restricted to public, or a
+    principal added. Stored metadata is read leniently (written before the checks were stricter)."""
+    try:
+        before = set(allowed_of(stored))
+    except InvalidPermissions:
+        before = set()
+    after = set(allowed_of(metadata))
+    return bool(before) and (not after or bool(after - before))
 
 
 def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:

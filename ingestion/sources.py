@@ -12,12 +12,16 @@ the article's metadata (``product``, ``version``, ``allowed``: the principals wh
 with it and filterable; a top-level key wins over the same key in ``metadata``.
 
 A document is one article whose id is its path relative to the folder ingested (the file name for a single
-file), so ids are stable across runs and ``--prune`` finds deleted files. It is read by the LlamaIndex reader
-of its suffix (``ingestion.readers``; ``file_extractor()`` gives them to a ``SimpleDirectoryReader``): one
-``Document`` per section, joined into the article's content. The article's metadata keeps ``format``,
-``folder`` (its folder path, '' at the top) and ``sections``: for each section its ``start`` offset in the
-content, ``heading_path``, ``section``, and ``page`` (PDF) or ``anchor`` (HTML, Markdown), from which
-ingestion gives every chunk its section and page and a link to its place (``file.pdf#page=12``).
+file), so ids are stable across runs and ``--prune`` finds deleted files. A file the store already holds keeps
+the id it was first recorded with (``read_source``'s ``ids``): ingesting ``docs`` and then ``docs/a/b.md`` alone
+(or the other way round) leaves one article for that file, not two. A link in a folder to a file outside it is
+not read (reported, ``SourceError.refused``): ingesting a folder never publishes what lies outside it.
+
+A document is read by the LlamaIndex reader of its suffix (``ingestion.readers``; ``file_extractor()`` gives them to
+a ``SimpleDirectoryReader``): one ``Document`` per section, joined into the article's content. The article's
+metadata keeps ``format``, ``folder`` (its folder path, '' at the top) and ``sections``: for each section its
+``start`` offset in the content, ``heading_path``, ``section``, and ``page`` (PDF) or ``anchor`` (HTML, Markdown),
+from which ingestion gives every chunk its section and page and a link to its place (``file.pdf#page=12``).
 
 Example:
     >>> from pathlib import Path
@@ -26,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError, first_line
+from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError, first_line, reader_for
 from ragidx.article import SECTIONS, Article
 
 logger = logging.getLogger(__name__)
@@ -66,6 +71,9 @@ class SourceError:
     line: int | None
     reason: str
     kb_id: str | None = None
+    refused: bool = False
+    """Left out on purpose (a link out of the folder), not a failure to read: it keeps no stored copy and does not
+    stop ``--prune``."""
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path
@@ -75,13 +83,45 @@ class SourceError:
 SourceItem = Article | SourceError
 KnownArticle = Callable[[str], Article | None]
 """The stored article of an id, or ``None`` (see ``read_source``'s ``known``)."""
+KnownId = Callable[[Path], str | None]
+"""The id the store already holds a file under (its resolved path), or ``None`` (see ``read_source``'s ``ids``)."""
 FILE_STAMP = "file_stamp"
-"""Article metadata: ``"size:mtime_ns"`` of the file a document was read from (:func:`file_stamp`)."""
+"""Article metadata: ``"size:mtime_ns:sha256"`` of the file a document was read from (:func:`file_stamp`)."""
+FILE_PATH = "file_path"
+"""Article metadata on its way into ingestion: the resolved path of the file a document was read from. Ingestion
+records it with the article (the store's ``origin``) and keeps it out of the stored metadata and the chunks."""
 
 
-def file_stamp(stat: os.stat_result) -> str:
-    """The :data:`FILE_STAMP` of a file with this ``stat``: a changed file (size or modification time) gets another."""
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
+def file_stamp(stat: os.stat_result, digest: str) -> str:
+    """The :data:`FILE_STAMP` of a file with this ``stat`` and content ``digest`` (:func:`file_digest`).
+
+    Size and modification time tell ingestion cheaply that a file is unchanged (it is then not read again); the
+    digest lets whoever serves the file check that its bytes are the ones ingested, which a forged modification
+    time cannot fake."""
+    return f"{stat.st_size}:{stat.st_mtime_ns}:{digest}"
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the file's content, in hex."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stamp_matches(stamp: object, path: Path, stat: os.stat_result) -> bool:
+    """Whether ``path`` (with this ``stat``) holds exactly what was ingested under ``stamp``: the same size and
+    modification time and the same content digest. A stamp without a digest (written before digests were) never
+    matches: such a file is read, and served, only once it is ingested again."""
+    if not isinstance(stamp, str) or not _same_size_and_time(stamp, stat):
+        return False
+    return stamp.rsplit(":", 1)[1] == file_digest(path)
+
+
+def _same_size_and_time(stamp: str, stat: os.stat_result) -> bool:
+    parts = stamp.split(":")
+    return len(parts) == 3 and parts[:2] == [str(stat.st_size), str(stat.st_mtime_ns)]
 
 
 def read_source(
@@ -90,6 +130,7 @@ def read_source(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     base_url: str | None = None,
     known: KnownArticle | None = None,
+    ids: KnownId | None = None,
 ) -> Iterator[SourceItem]:
     """Read a JSONL file, a document, or a folder of them (recursively).
 
@@ -97,15 +138,20 @@ def read_source(
     ``base_url`` + its id instead of its ``file://`` path, so a citation opens the published page.
     ``known``: the stored article of an id (the engine's article store): a document whose file has the size and
     modification time recorded on it (``file_stamp``) is not read again; its stored article is handed on.
+    ``ids``: the id the store holds a file under (by its resolved path): that file keeps it, whichever folder (or
+    the file alone) is ingested now; a file it does not know gets its path relative to the folder ingested.
     """
     if not path.exists():
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
-        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
+        yield from read_folder(path, max_file_bytes=max_file_bytes, base_url=base_url, known=known, ids=ids)
     elif path.suffix.lower() in JSONL_SUFFIXES:
         yield from read_jsonl(path)
     elif path.suffix.lower() in DOCUMENT_SUFFIXES:
-        yield read_document(path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
+        kb_id = ids(path.resolve()) if ids is not None else None
+        yield read_document(
+            path, path.parent, max_file_bytes=max_file_bytes, base_url=base_url, known=known, kb_id=kb_id
+        )
     else:
         raise ValueError(
             f"{path}: unsupported file type {path.suffix!r}; give a .jsonl file, a document "
@@ -175,6 +221,7 @@ def _article_from_record(data: object, path: str, line_no: int) -> SourceItem:
         return SourceError(path, line_no, f"article {kb_id!r}: 'metadata' must be a JSON object")
     extra = {**(nested or {}), **{k: v for k, v in data.items() if k not in _RECORD_FIELDS}}
     extra.pop(FILE_STAMP, None)  # ingestion's own: it says a file was read from disk (the dashboard then serves it)
+    extra.pop(FILE_PATH, None)
     return Article(
         kb_id=str(kb_id).strip(),
         title=title,
@@ -222,14 +269,30 @@ def read_folder(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     base_url: str | None = None,
     known: KnownArticle | None = None,
+    ids: KnownId | None = None,
 ) -> Iterator[SourceItem]:
     """Every document and JSONL file under ``folder`` (hidden files and folders left out), in path order.
 
-    The files are listed first and read one at a time: a file deleted meanwhile is that file's error.
+    The files are listed first and read one at a time: a file deleted meanwhile is that file's error. A link to
+    a file outside ``folder`` is not read: it is reported (``SourceError.refused``), since ingesting it would
+    publish a file the folder only points at.
     """
     files, others = [], Counter[str]()
+    root = folder.resolve()
+    outside: list[SourceError] = []
     for p in _folder_files(folder):
         suffix = p.suffix.lower()
+        if p.is_symlink() and not p.resolve().is_relative_to(root):
+            outside.append(
+                SourceError(
+                    str(p),
+                    None,
+                    "a link to a file outside the folder ingested: not read (ingesting it would publish that file); "
+                    "copy the file into the folder if it belongs to the knowledge base",
+                    refused=True,
+                )
+            )
+            continue
         if suffix in DOCUMENT_SUFFIXES or suffix in JSONL_SUFFIXES:
             files.append(p)
         else:
@@ -241,11 +304,15 @@ def read_folder(
             sum(others.values()),
             ", ".join(f"{k}: {v}" for k, v in others.most_common()),
         )
+    yield from outside
     for path in files:
         if path.suffix.lower() in JSONL_SUFFIXES:
             yield from read_jsonl(path)
         else:
-            yield read_document(path, folder, max_file_bytes=max_file_bytes, base_url=base_url, known=known)
+            kb_id = ids(path.resolve()) if ids is not None else None
+            yield read_document(
+                path, folder, max_file_bytes=max_file_bytes, base_url=base_url, known=known, kb_id=kb_id
+            )
 
 
 def read_document(
@@ -255,9 +322,13 @@ def read_document(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     base_url: str | None = None,
     known: KnownArticle | None = None,
+    kb_id: str | None = None,
 ) -> SourceItem:
-    """One document as an ``Article`` (id: its path relative to ``root``), or the ``SourceError`` saying why not."""
-    kb_id = path.relative_to(root).as_posix()
+    """One document as an ``Article`` (id: ``kb_id`` when given, the id the store holds the file under; else its
+    path relative to ``root``), or the ``SourceError`` saying why not. The article carries its file's
+    :data:`FILE_STAMP` and :data:`FILE_PATH`."""
+    kb_id = kb_id or path.relative_to(root).as_posix()
+    resolved = str(path.resolve())
 
     def error(reason: str) -> SourceError:
         return SourceError(str(path), None, reason, kb_id=kb_id)
@@ -272,19 +343,25 @@ def read_document(
                 f"{size / 2**20:,.0f} MB is over the {max_file_bytes / 2**20:,.0f} MB limit for one document: "
                 "split it, or raise max_file_mb (RAGIDX_MAX_FILE_MB)"
             )
-        stamp = file_stamp(stat)
         url = f"{base_url.rstrip('/')}/{quote(kb_id)}" if base_url else path.resolve().as_uri()
         stored = known(kb_id) if known is not None else None
-        if stored is not None and stored.metadata.get(FILE_STAMP) == stamp and stored.url == url:
-            return stored  # the same file as when it was ingested: not read again
+        stored_stamp = stored.metadata.get(FILE_STAMP) if stored is not None else None
+        if (
+            stored is not None
+            and isinstance(stored_stamp, str)
+            and _same_size_and_time(stored_stamp, stat)
+            and (stored.url == url)
+        ):
+            return stored.with_metadata(**{FILE_PATH: resolved})  # the same file as ingested: not read again
         with path.open("rb") as fh:
             head = fh.read(8192)
+        stamp = file_stamp(stat, file_digest(path))
         suffix = path.suffix.lower()
         if suffix in _MAGIC and not head.lstrip()[:8].startswith(_MAGIC[suffix][0]):
             return error(f"not {_MAGIC[suffix][1]} (its content starts {head[:8]!r}): check the file's type")
         if suffix in TEXT_SUFFIXES and _looks_binary(head):
             return error(f"binary content, not text: is it really a {suffix} file?")
-        documents = READERS[suffix]().load_data(path)
+        documents = reader_for(suffix, max_file_bytes=max_file_bytes).load_data(path)
     except FileNotFoundError:
         return error("disappeared while ingesting: run again (with --prune to drop it from the index)")
     except Exception as cause:  # a reader's failure on this file is this file's error
@@ -298,7 +375,7 @@ def read_document(
     article = _article_from_documents(documents, path, kb_id, url)
     if isinstance(article, str):
         return error(article)
-    return article.with_metadata(**{FILE_STAMP: stamp})
+    return article.with_metadata(**{FILE_STAMP: stamp, FILE_PATH: resolved})
 
 
 def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: str) -> Article | str:

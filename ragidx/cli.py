@@ -1,6 +1,7 @@
 """``ragidx`` on the command line: a thin edge over :class:`ragidx.engine.Engine`.
 
-    ragidx ingest PATH [--prune] [--source NAME] [--max-errors N]   (exit 3: some items could not be read)
+    ragidx ingest PATH [--prune] [--source NAME] [--replace] [--allow-widening] [--max-errors N]
+                                                  (exit 3: some items could not be read or were refused)
     ragidx search "query" [--top-k N] [--flash] [--json]
     ragidx ask "question" [--flash] [--json]
     ragidx delete KB_ID ...
@@ -25,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,21 +82,57 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             prune=args.prune,
             progress=not args.quiet,
             base_url=args.base_url,
+            replace=args.replace,
+            allow_widening=True if args.allow_widening else None,  # else the refuse_widening setting decides
         )
     shown = max(args.max_errors, 0)
-    for error in report.errors[:shown]:
-        print(f"skipped {printable(str(error))}", file=sys.stderr)  # file names and ids come from the data
-    if len(report.errors) > shown:
-        print(f"... and {len(report.errors) - shown} more skipped items", file=sys.stderr)
-    if report.prune_skipped:
-        print(f"ragidx: {printable(str(report.prune_skipped))}", file=sys.stderr)
-    print(json.dumps(report.as_dict()))
-    if report.errors:
+    skipped = [printable(str(error)) for error in report.errors]  # file names and ids come from the data
+    skipped += [
+        f"{printable(kb_id)}: its id belongs to another source ({printable(owner)!r}), left as it is; "
+        "--replace replaces it"
+        for kb_id, owner in report.conflicts
+    ]
+    skipped += [
+        f"{printable(kb_id)}: this would let more people read it than before ('allowed' dropped or a reader added), "
+        "left as stored; check its 'allowed', or pass --allow-widening if that is meant"
+        for kb_id in report.widening_refused
+    ]
+    for line in skipped[:shown]:
+        print(f"skipped {line}", file=sys.stderr)
+    if len(skipped) > shown:
+        print(f"... and {len(skipped) - shown} more skipped items", file=sys.stderr)
+    if report.widened:
+        ids = ", ".join(printable(k) for k in report.widened[:10]) + (" ..." if len(report.widened) > 10 else "")
         print(
-            f"ragidx: {len(report.errors)} items could not be read; {report.seen} articles ingested. Fix them and "
-            "run the same command again: unchanged articles are skipped",
+            f"ragidx: {len(report.widened)} articles are now readable by more people than before: {ids}",
             file=sys.stderr,
         )
+    if report.prune_skipped:
+        print(f"ragidx: {printable(str(report.prune_skipped))}", file=sys.stderr)
+    if report.missing:
+        again = " ".join(
+            shlex.quote(a) for a in ["ragidx", "ingest", args.path, *(["--source", args.source] if args.source else [])]
+        )
+        gone = "came from files that are gone" if Path(args.path).is_dir() else f"are no longer in {args.path}"
+        print(
+            f"ragidx: {report.missing} articles {printable(gone)}; `{printable(again)} --prune` deletes them",
+            file=sys.stderr,
+        )
+    print(json.dumps(report.as_dict()))
+    if report.not_ingested:
+        ingested = report.seen - len(report.conflicts) - len(report.widening_refused)
+        if report.conflicts or report.widening_refused:
+            print(
+                f"ragidx: {report.not_ingested} items were not ingested (listed above); {ingested} articles ingested. "
+                "Fix them and run the same command again: unchanged articles are skipped",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"ragidx: {len(report.errors)} items could not be read; {ingested} articles ingested. Fix them and "
+                "run the same command again: unchanged articles are skipped",
+                file=sys.stderr,
+            )
         return INGEST_SOME_FAILED
     return 0
 
@@ -426,6 +464,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-url",
         help="where the documents are published (e.g. https://docs.example.org/): citations link to BASE_URL + "
         "the file's path in the folder (#page=N, #anchor added) instead of to the local file",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace articles whose id belongs to another source (else each is reported and left as it is)",
+    )
+    p.add_argument(
+        "--allow-widening",
+        action="store_true",
+        help="apply changes that let more people read an article than before (restricted to public, a reader "
+        "added); by default such an article is reported and left as stored (setting refuse_widening)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--max-errors", type=int, default=20, help="skipped items to list on stderr (default 20)")

@@ -684,6 +684,12 @@ class Settings(BaseSettings):
         description="Largest document (PDF, Word, HTML, Markdown, text) ingested, in MB; a larger one is reported "
         "as that file's error and the rest is ingested. JSONL files are read line by line and have no limit.",
     )
+    refuse_widening: bool = Field(
+        default=True,
+        description="Refuse a re-ingest that lets more people read an article than before (restricted to public, "
+        "or a reader added): the article is left as stored and reported. `ragidx ingest --allow-widening` (or "
+        "Engine.ingest(allow_widening=True)) applies such a change for one run; false applies them always.",
+    )
     default_language: str | None = Field(
         default=None,
         description="Language (ISO 639-1, e.g. 'en', 'ru', 'de') of articles whose input has no 'lang'. None: "

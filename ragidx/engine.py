@@ -619,28 +619,49 @@ class Engine(PromptMixin):
         prune: bool = False,
         progress: bool = False,
         base_url: str | None = None,
+        replace: bool = False,
+        allow_widening: bool | None = None,
     ) -> IngestReport:
         """Ingest a JSONL file, a document (PDF, DOCX, HTML, Markdown, text), a folder of them, or an iterable of
         ``Article``.
 
         Bad items (a line, a file) are reported in ``IngestReport.errors`` (file and line) and skipped; the rest
-        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it. ``base_url``:
-        where the documents are published; their urls (and citations) point there instead of to the files.
+        is ingested. ``prune=True`` deletes the articles of this source that are no longer in it (else they are
+        counted, ``missing``). ``base_url``: where the documents are published; their urls (and citations) point
+        there instead of to the files. ``replace=True`` replaces articles stored from another source (else each is
+        reported in ``conflicts``); ``allow_widening`` applies changes that let more people read an article (None:
+        unless the ``refuse_widening`` setting says no). See ``ingestion.pipeline``.
         """
         sample = None
+        origin = ""
         if isinstance(source, (str, Path)):
             path = Path(source)
             max_bytes = int(self.settings.max_file_mb * 2**20)
             items: Iterable[SourceItem] = read_source(
-                path, max_file_bytes=max_bytes, base_url=base_url, known=self._stored_article
+                path,
+                max_file_bytes=max_bytes,
+                base_url=base_url,
+                known=self._stored_article,
+                ids=lambda p: self.article_store.id_of_origin(str(p)),
             )
             name = source_name or path.resolve().name
+            origin = str(path.resolve())
             total = _count_items(path) if progress else None
             sample = language_sample(path)  # JSONL read again (cheap): "auto" draws languages across it
         else:
             items, name, total = source, source_name or "api", None
         items = self.choose_embedding(items, sample=sample)
-        report = self.ingestor().ingest(items, source=name, prune=prune, progress=progress, total=total)
+        widen = not self.settings.refuse_widening if allow_widening is None else allow_widening
+        report = self.ingestor().ingest(
+            items,
+            source=name,
+            prune=prune,
+            progress=progress,
+            total=total,
+            origin=origin,
+            replace=replace,
+            allow_widening=widen,
+        )
         if report.new or report.changed or report.deleted or report.recovered:
             self._rebuild_retrieval()  # a stored tuning was made on the old index
         return report

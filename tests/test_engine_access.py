@@ -143,6 +143,9 @@ def test_changed_principals_take_effect_on_reingest_without_embedding(engine: En
         for a in KB
     ]
     report = engine.ingest(opened, source_name="kb")
+    assert report.widening_refused == ["hr-payroll"] and report.relabeled == 0  # opening one up is deliberate
+    report = engine.ingest(opened, source_name="kb", allow_widening=True)
+    assert report.widened == ["hr-payroll"]
     assert report.relabeled == 1 and report.changed == 0 and report.chunks_written == 0
     assert embed.calls == before  # nothing embedded again
     assert "hr-payroll" in kb_ids(engine.retrieve("print payroll slips", top_k=4))  # public now

@@ -13,8 +13,9 @@ a restricted article's file is "not found", like a missing one. A document publi
 
 An article's url is data (a JSONL line may say ``file:///etc/passwd``), so a file is served only when ingestion
 read it itself: a document type ragidx reads, whose path ends with the article's id (its path in the ingested
-folder), and whose size and modification time are those recorded when it was read (``file_stamp``). A file
-changed since then is refused until it is ingested again: its pages may have moved.
+folder), and whose size, modification time and content digest are those recorded when it was read
+(``file_stamp``), at the path it was read from, not a link put there since. A file changed since then is refused
+until it is ingested again: its pages may have moved. Ingestion never reads a folder's link to a file outside it.
 
 HTML is served with a ``sandbox`` content security policy (no script of an ingested page runs with the
 dashboard's origin), Markdown and text as plain text, Word files as a download.
@@ -35,7 +36,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 from urllib.request import url2pathname
 
-from ingestion.sources import DOCUMENT_SUFFIXES, FILE_STAMP, file_stamp
+from ingestion.sources import DOCUMENT_SUFFIXES, FILE_STAMP, stamp_matches
 from ragidx.stores.access import Principal
 
 __all__ = ["ROUTE", "DocumentUnavailable", "ServedFile", "document_link", "document_routes", "resolve_document"]
@@ -113,7 +114,7 @@ def resolve_document(article_store: Any, kb_id: str, principal: Principal | None
         raise DocumentUnavailable(
             410, f"{path.name} was moved or deleted after it was ingested: ingest its folder again (--prune drops it)"
         ) from None
-    if file_stamp(stat) != stamp or not path.is_file():
+    if not path.is_file() or path.resolve() != path or not stamp_matches(stamp, path, stat):
         raise DocumentUnavailable(
             409, f"{path.name} changed after it was ingested (its pages may have moved): ingest its folder again"
         )

@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "Scope",
     "access_filter",
     "allowed_of",
+    "checked_permissions",
     "scoped_filters",
 ]
 
@@ -128,6 +131,79 @@ def allowed_of(metadata: Mapping[str, Any]) -> tuple[str, ...]:
             raise InvalidPermissions(f"'{ALLOWED}' entry longer than {MAX_PRINCIPAL_CHARS} characters: {item[:40]!r}…")
         out.add(item)
     return tuple(sorted(out))
+
+
+def checked_permissions(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with its ``allowed`` checked and written in one form, for ingestion: what it stores.
+
+    Ingestion is where a mistake would widen who reads an article, so it is stricter than :func:`allowed_of`:
+
+    - ``allowed`` present but empty (``[]``, ``""``) is an error, not "public": leave the key out for that;
+    - a key that looks like a misspelling of it (``Allowed``, ``allow``, ``allowed_groups``, ``alowed`` ...) is an
+      error: taken as ordinary metadata it would leave the article public;
+    - an entry is normalised: spaces at its ends and around its colon go (``" group: hr "`` is ``"group:hr"``);
+      a space inside the name is an error (``"group:h r"`` would be readable by nobody, silently).
+
+    The result is a new mapping (``allowed`` as a sorted list, duplicates dropped); ``metadata`` is not changed.
+
+    Raises:
+        InvalidPermissions: any of the above; the message says what to write instead.
+
+    Example:
+        >>> checked_permissions({"allowed": [" group: hr ", "user:ann"], "team": "x"})
+        {'allowed': ['group:hr', 'user:ann'], 'team': 'x'}
+    """
+    for key in metadata:
+        if key != ALLOWED and _looks_like_allowed(str(key)):
+            raise InvalidPermissions(
+                f"metadata key {key!r} looks like a misspelling of {ALLOWED!r}: as it is, the article would be public. "
+                f"Name it {ALLOWED!r} (a list of 'user:NAME' / 'group:NAME'), or rename it if it is no permission"
+            )
+    if ALLOWED not in metadata:
+        return dict(metadata)
+    value = metadata[ALLOWED]
+    items = ([value] if value.strip() else []) if isinstance(value, str) else value
+    if isinstance(items, (list, tuple)) and not items:
+        raise InvalidPermissions(
+            f"'{ALLOWED}' is empty: nobody is named, and the article would be public. Name its readers "
+            '(["group:support"]), or leave the key out to make it public'
+        )
+    if isinstance(items, (list, tuple)):
+        items = [_normalised(item) for item in items]
+    allowed = allowed_of({ALLOWED: items})
+    return {**metadata, ALLOWED: list(allowed)}
+
+
+_PRINCIPAL = re.compile(r"^\s*(user|group)\s*:\s*(.*?)\s*$")
+
+
+def _normalised(item: Any) -> Any:
+    """``item`` without spaces at its ends or around its colon; a name with a space inside is an error."""
+    if not isinstance(item, str):
+        return item
+    match = _PRINCIPAL.match(item)
+    if match is None:
+        return item  # allowed_of says what is wrong with it
+    kind, name = match.groups()
+    if not name:
+        raise InvalidPermissions(f"'{ALLOWED}' entry {item!r} names nobody: write '{kind}:NAME'")
+    if any(ch.isspace() for ch in name):
+        raise InvalidPermissions(
+            f"'{ALLOWED}' entry {item!r}: a name has no spaces (it would match nobody); write the {kind}'s name as "
+            "the directory spells it"
+        )
+    return f"{kind}:{name}"
+
+
+def _looks_like_allowed(key: str) -> bool:
+    """A metadata key meant as ``allowed``: its letters in another case or with separators (``Allowed``,
+    ``allowed_groups``), ``allow`` with a list's name (``allow``, ``allow_users``), or a typo away (``alowed``)."""
+    letters = re.sub(r"[^a-z]", "", key.lower())
+    if letters.startswith("allowed"):
+        return True
+    if letters.startswith("allow") and letters[5:] in ("", "list", "group", "groups", "user", "users", "principals"):
+        return True
+    return letters[:1] == "a" and difflib.SequenceMatcher(None, letters, ALLOWED).ratio() >= 0.8
 
 
 def access_filter(principal: Principal) -> MetadataFilters:

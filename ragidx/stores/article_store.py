@@ -6,7 +6,9 @@ Two backends behind one class, chosen by where it points (SQLAlchemy Core does t
 - a PostgreSQL database (``postgresql+psycopg://user:pass@host/db``) that several engine processes on
   several machines share, next to a Weaviate cluster.
 
-Retrieval returns whole articles from here. Ingestion records, per article, the content hash and
+Retrieval returns whole articles from here. Ingestion records, per article, the content hash, the source it
+came from (``source``: its name, as ``--prune`` knows it; ``origin``: the resolved path of its file, or of the
+JSONL file or folder ingested; '' for articles handed in through the API), and
 whether its chunks are known to be in the vector store (``state``): an article is ``pending`` from the
 moment its new text is saved until its chunks are written, then ``indexed``. A crash between the two
 leaves it ``pending``; the next run re-indexes it (deleting whatever partial chunks exist first), so
@@ -42,7 +44,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,6 +109,7 @@ def _table(name: str) -> Table:
         Column("content", Text, nullable=False),
         Column("metadata_json", Text, nullable=False, server_default="{}"),
         Column("source", Text, nullable=False, server_default=""),
+        Column("origin", Text, nullable=False, server_default=""),
         Column("content_hash", Text, nullable=False),
         Column("chunk_count", Integer, nullable=False, server_default="0"),
         Column("state", Text, nullable=False),
@@ -114,6 +117,7 @@ def _table(name: str) -> Table:
         PrimaryKeyConstraint("tenant", "kb_id", name=f"{name}_pkey"),
         Index(f"{name}_tenant_source", "tenant", "source"),
         Index(f"{name}_tenant_state", "tenant", "state"),
+        Index(f"{name}_tenant_origin", "tenant", "origin"),
     )
 
 
@@ -265,7 +269,21 @@ class ArticleStore:
                     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("schema", self.table.name)})
                 else:
                     self._migrate_legacy_sqlite(conn)
+                self._add_origin(conn)
                 self.table.metadata.create_all(conn, checkfirst=True)
+
+    def _add_origin(self, conn: Connection) -> None:
+        """Tables written before articles recorded their origin get the column (''), and its index."""
+        from sqlalchemy import inspect
+
+        inspector = inspect(conn)
+        if not inspector.has_table(self.table.name):
+            return
+        if "origin" in {c["name"] for c in inspector.get_columns(self.table.name)}:
+            return
+        name = self.table.name
+        conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN origin TEXT NOT NULL DEFAULT ''")
+        conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name}_tenant_origin ON {name} (tenant, origin)")
 
     def _migrate_legacy_sqlite(self, conn: Connection) -> None:
         """Files written before tenants were kept apart: key (kb_id) becomes (tenant, kb_id), rows kept."""
@@ -368,9 +386,18 @@ class ArticleStore:
 
         return self._read("reading the ledger", run, _conn)
 
-    def save_pending(self, articles: Iterable[Article], source: str = "", *, _conn: Connection | None = None) -> None:
-        """Save new article text and mark it pending, in one transaction."""
+    def save_pending(
+        self,
+        articles: Iterable[Article],
+        source: str = "",
+        *,
+        origins: Mapping[str, str] | None = None,
+        _conn: Connection | None = None,
+    ) -> None:
+        """Save new article text and mark it pending, in one transaction. ``origins``: kb_id → where each came from
+        (the resolved path of its file; absent: '')."""
         now = time.time()
+        origins = origins or {}
         rows = [
             {
                 "tenant": self._tenant_value,
@@ -381,6 +408,7 @@ class ArticleStore:
                 "content": a.content,
                 "metadata_json": json.dumps(a.metadata, ensure_ascii=False),
                 "source": source,
+                "origin": origins.get(a.kb_id, ""),
                 "content_hash": a.content_hash,
                 "chunk_count": 0,
                 "state": PENDING,
@@ -450,10 +478,36 @@ class ArticleStore:
         count, chunks, indexed, last = self._read("reading the ledger", lambda conn: conn.execute(stmt).one())
         return {"articles": int(count), "indexed": int(indexed), "chunks": int(chunks), "updated_at": last}
 
-    def ids_for_source(self, source: str) -> list[str]:
+    def ids_for_source(self, source: str, origin: str | None = None) -> list[str]:
+        """The articles of a source: those recorded with the name ``source``; with ``origin`` (a resolved path),
+        those whose file is ``origin`` or lies under it, and those with no origin recorded named ``source`` (two
+        folders of the same name are then two sources)."""
         t = self.table
-        stmt = select(t.c.kb_id).where(self._mine(), t.c.source == source)
+        mine = t.c.source == source
+        if origin:
+            inside = (t.c.origin == origin) | t.c.origin.startswith(origin.rstrip("/") + "/", autoescape=True)
+            mine = ((t.c.origin != "") & inside) | ((t.c.origin == "") & mine)
+        stmt = select(t.c.kb_id).where(self._mine(), mine)
         return self._read("reading the ledger", lambda conn: [r[0] for r in conn.execute(stmt)])
+
+    def id_of_origin(self, origin: str) -> str | None:
+        """The id the store holds the file at ``origin`` (a resolved path) under, or None: the file keeps it."""
+        t = self.table
+        stmt = select(t.c.kb_id).where(self._mine(), t.c.origin == origin).order_by(t.c.updated_at).limit(1)
+        return self._read("reading the ledger", lambda conn: conn.execute(stmt).scalar())
+
+    def owners(self, kb_ids: Sequence[str], *, _conn: Connection | None = None) -> dict[str, tuple[str, str]]:
+        """kb_id → (source, origin) recorded for the ids that are stored: whose the article is."""
+        t = self.table
+
+        def run(conn: Connection) -> dict[str, tuple[str, str]]:
+            out: dict[str, tuple[str, str]] = {}
+            for batch in _batches(kb_ids, 500):
+                rows = conn.execute(select(t.c.kb_id, t.c.source, t.c.origin).where(self._mine(), t.c.kb_id.in_(batch)))
+                out.update({r[0]: (r[1], r[2]) for r in rows})
+            return out
+
+        return self._read("reading the ledger", run, _conn)
 
     def delete(self, kb_ids: Sequence[str], *, _conn: Connection | None = None) -> None:
         t = self.table
@@ -635,8 +689,13 @@ class Claim:
     def states(self, kb_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         return self.store.states(kb_ids, _conn=self._conn)
 
-    def save_pending(self, articles: Iterable[Article], source: str = "") -> None:
-        self.store.save_pending(articles, source, _conn=self._conn)
+    def save_pending(
+        self, articles: Iterable[Article], source: str = "", origins: Mapping[str, str] | None = None
+    ) -> None:
+        self.store.save_pending(articles, source, origins=origins, _conn=self._conn)
+
+    def owners(self, kb_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        return self.store.owners(kb_ids, _conn=self._conn)
 
     def mark_indexed(self, chunk_counts: dict[str, int]) -> None:
         self.store.mark_indexed(chunk_counts, _conn=self._conn)

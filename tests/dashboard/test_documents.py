@@ -128,3 +128,23 @@ def test_the_route_sends_the_file_and_refuses_the_rest(kb: Any) -> None:
     assert refused.status_code == 404 and "payroll" not in refused.text and "secret.pdf" in refused.text
     assert client.get("/ragidx/documents/..%2F..%2Fetc%2Fpasswd").status_code == 404
     assert client.get("/documents/manuals/Calc%20guide.pdf").status_code == 404  # outside the base path
+
+
+def test_a_file_whose_bytes_changed_under_the_same_size_and_time_or_that_became_a_link_is_refused(
+    kb: Any, tmp_path: Path
+) -> None:
+    engine, folder, _ = kb
+    page = folder / "guide.html"
+    stat, data = page.stat(), page.read_bytes()
+    page.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # other bytes, the same size ...
+    os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ... and the modification time put back
+    with pytest.raises(DocumentUnavailable, match="changed after it was ingested") as err:
+        resolve_document(engine.article_store, "guide.html")
+    assert err.value.status == 409
+    elsewhere = tmp_path / "elsewhere.html"  # the ingested bytes and time, but at another place, linked in
+    elsewhere.write_bytes(data)
+    os.utime(elsewhere, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    page.unlink()
+    page.symlink_to(elsewhere)
+    with pytest.raises(DocumentUnavailable, match="changed after it was ingested"):
+        resolve_document(engine.article_store, "guide.html")

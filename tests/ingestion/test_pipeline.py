@@ -510,3 +510,188 @@ def test_prune_is_skipped_when_a_line_whose_id_is_unknown_failed(tmp_path: Path)
     report = ing.ingest([*corpus(2), SourceError("kb.jsonl", 3, "invalid JSON")], source="gen", prune=True)
     assert report.deleted == 0 and report.prune_skipped and "1 items could not be read" in report.prune_skipped
     assert len(ing.article_store.ids_for_source("gen")) == 4
+
+
+def _restricted(kb_id: str, *allowed: str, text: str = "Payroll slips print from the HR portal.") -> Article:
+    return Article(kb_id, kb_id.title(), "", text, metadata={"allowed": list(allowed)} if allowed else {})
+
+
+def test_a_permission_mistake_is_its_articles_error_never_a_public_article(tmp_path: Path) -> None:
+    from ragidx.stores.access import Principal
+
+    ing = make_ingestor(tmp_path)
+    items = [
+        Article("empty", "E", "", "Salaries of the board.", metadata={"allowed": []}),
+        Article("capital", "C", "", "Salaries of the staff.", metadata={"Allowed": ["group:hr"]}),
+        Article("spaced", "S", "", "Salaries of the interns.", metadata={"allowed": ["group: hr "]}),
+        Article("open", "O", "", "Printing labels."),
+    ]
+    report = ing.ingest(items, source="hr")
+    assert report.new == 2 and len(report.errors) == 2
+    assert "article 'empty': 'allowed' is empty" in report.errors[0]
+    assert "article 'capital': metadata key 'Allowed' looks like a misspelling of 'allowed'" in report.errors[1]
+    assert set(ing.article_store.get(["empty", "capital", "spaced", "open"])) == {"spaced", "open"}
+    public, hr = Principal(), Principal.of(groups=["hr"])
+    assert set(ing.article_store.get(["spaced", "open"], principal=public)) == {"open"}
+    assert set(ing.article_store.get(["spaced"], principal=hr)) == {"spaced"}  # "group: hr " reads as group:hr
+    [node] = [n for n in ing.vector_store.get_nodes() if n.metadata["kb_id"] == "spaced"]
+    assert node.metadata["allowed"] == ["group:hr"]  # the chunks' filter agrees with the article store
+
+
+def test_a_reingest_that_lets_more_people_read_is_reported_and_refused_unless_allowed(tmp_path: Path) -> None:
+    from ragidx.stores.access import Principal
+
+    ing = make_ingestor(tmp_path)
+    ing.ingest([_restricted("pay", "group:hr", "user:ann")], source="hr")
+    for widened in (_restricted("pay"), _restricted("pay", "group:hr", "user:ann", "group:all")):
+        report = ing.ingest([widened], source="hr")  # 'allowed' dropped, or a reader added
+        assert (report.widening_refused, report.widened, report.relabeled) == (["pay"], [], 0)
+        assert report.as_dict()["widening_refused"] == ["pay"] and report.not_ingested == 1
+        assert ing.article_store.get(["pay"], principal=Principal()) == {}  # still restricted
+    narrowed = ing.ingest([_restricted("pay", "group:hr")], source="hr")
+    assert (narrowed.widening_refused, narrowed.widened, narrowed.relabeled) == ([], [], 1)
+    opened = ing.ingest(
+        [_restricted("pay", text="Payroll slips print from the portal.")], source="hr", allow_widening=True
+    )
+    assert (opened.widened, opened.changed) == (["pay"], 1)
+    assert opened.as_dict()["widened"] == 1 and opened.as_dict()["widened_ids"] == ["pay"]
+    assert set(ing.article_store.get(["pay"], principal=Principal())) == {"pay"}  # public, as asked
+
+
+def _engine(data: Path) -> Any:
+    from ragidx.config import Settings
+    from ragidx.engine import Engine
+
+    return Engine(Settings(data_dir=data, reranker="none", top_k=5), embed_model=HashEmbedding(dim=32))
+
+
+def _jsonl(path: Path, *rows: tuple[str, str]) -> Path:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": k, "title": k, "text": t}) + "\n" for k, t in rows), encoding="utf-8")
+    return path
+
+
+def test_an_id_of_another_source_is_left_as_it_is_and_reported_unless_replace(tmp_path: Path) -> None:
+    first = _jsonl(tmp_path / "a.jsonl", ("k1", "Printing labels."), ("k2", "Refunds take five days."))
+    second = _jsonl(tmp_path / "b.jsonl", ("k2", "Something else entirely."), ("k3", "Shipping is free."))
+    same_name = _jsonl(tmp_path / "other" / "a.jsonl", ("k1", "Another file's k1."))
+    with _engine(tmp_path / "data") as engine:
+        assert engine.ingest(first).new == 2
+        report = engine.ingest(second)
+        assert (report.conflicts, report.new, report.changed) == ([("k2", "a.jsonl")], 1, 0)  # k3 ingested
+        assert report.as_dict()["conflicts"] == [{"kb_id": "k2", "owner": "a.jsonl"}]
+        assert engine.article_store.get(["k2"])["k2"].content == "Refunds take five days."
+        assert engine.ingest(same_name).conflicts == [("k1", "a.jsonl")]  # the same name, another file
+        assert engine.ingest(tmp_path / "a.jsonl").unchanged == 2  # its own file: no conflict
+        replaced = engine.ingest(second, replace=True)
+        assert (replaced.conflicts, replaced.changed) == ([], 1)
+        assert engine.article_store.get(["k2"])["k2"].content == "Something else entirely."
+        assert sorted(engine.article_store.ids_for_source("b.jsonl", str(second.resolve()))) == ["k2", "k3"]
+
+
+@pytest.mark.parametrize("folder_first", [True, False])
+def test_a_file_ingested_alone_and_through_its_folder_is_one_article(tmp_path: Path, folder_first: bool) -> None:
+    docs = tmp_path / "mydocs"
+    (docs / "billing").mkdir(parents=True)
+    refunds = docs / "billing" / "refunds.md"
+    refunds.write_text("# Refunds\n\nRefunds take five days to reach the card.\n")
+    (docs / "shipping.md").write_text("# Shipping\n\nShipping is free over fifty euros.\n")
+    with _engine(tmp_path / "data") as engine:
+        runs = [docs, refunds] if folder_first else [refunds, docs]
+        reports = [engine.ingest(path) for path in runs]
+        assert [r.new for r in reports] == ([2, 0] if folder_first else [1, 1])
+        assert all(not r.conflicts for r in reports)
+        assert engine.article_store.count() == 2
+        found = [a.kb_id for a in engine.retrieve("how long do refunds take", top_k=5)]
+        expected = "billing/refunds.md" if folder_first else "refunds.md"  # the id it was first recorded with
+        assert found.count(expected) == 1 and len(found) == len(set(found)) == 2
+        refunds.write_text("# Refunds\n\nRefunds take ten days to reach the card.\n")
+        changed = engine.ingest(refunds if folder_first else docs)
+        assert (changed.changed, changed.new, changed.conflicts) == (1, 0, [])
+
+
+def test_files_gone_from_an_ingested_folder_are_counted_until_pruned(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (docs / name).write_text(f"# {name}\n\nText of {name}.\n")
+    with _engine(tmp_path / "data") as engine:
+        assert engine.ingest(docs).missing == 0
+        (docs / "b.md").unlink()
+        report = engine.ingest(docs)
+        assert (report.missing, report.unchanged, report.as_dict()["missing"]) == (1, 2, 1)
+        assert engine.ingest(docs / "a.md").missing == 0  # one file of the folder is not the folder
+        pruned = engine.ingest(docs, prune=True)
+        assert (pruned.deleted, pruned.missing) == (1, 0)
+        assert engine.ingest(docs).missing == 0
+
+
+def test_a_link_out_of_the_folder_is_not_ingested_nor_served(tmp_path: Path) -> None:
+    from ragidx.dashboard.documents import DocumentUnavailable, resolve_document
+
+    kb, outside = tmp_path / "kb", tmp_path / "outside"
+    kb.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("The payroll of every employee.\n")
+    (kb / "notes.md").write_text("# Notes\n\nPrinting labels.\n")
+    (kb / "secret.txt").symlink_to(Path("..") / "outside" / "secret.txt")
+    with _engine(tmp_path / "data") as engine:
+        report = engine.ingest(kb)
+        assert report.new == 1 and len(report.errors) == 1 and "a link to a file outside the folder" in report.errors[0]
+        assert engine.article_store.get(["secret.txt"]) == {}
+        with pytest.raises(DocumentUnavailable) as err:
+            resolve_document(engine.article_store, "secret.txt")
+        assert err.value.status == 404
+        assert resolve_document(engine.article_store, "notes.md").path == (kb / "notes.md").resolve()
+        assert engine.ingest(kb, prune=True).prune_skipped is None  # the link is no unreadable item
+
+
+class FullDisk:
+    """A chunk store whose disk fills up at its ``fail_at``-th write."""
+
+    def __init__(self, store: LanceDBChunkStore, fail_at: int, error: OSError) -> None:
+        self.store, self.fail_at, self.error, self.writes = store, fail_at, error, 0
+
+    def add(self, nodes: Any, **kwargs: Any) -> list[str]:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise self.error
+        return self.store.add(nodes, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (OSError(28, "No space left on device", "/data/lancedb/chunks.lance"), "no space is left on the disk"),
+        (OSError("LanceError(IO): Generic error: No space left on device (os error 28)"), "no space is left"),
+        (OSError(122, "Disk quota exceeded"), "the disk quota is used up"),
+        (OSError(30, "Read-only file system"), "the file system is read-only"),
+        (PermissionError(13, "Permission denied"), "permission was denied"),
+    ],
+)
+def test_a_full_disk_is_one_paragraph_and_the_rerun_is_exact(tmp_path: Path, error: OSError, said: str) -> None:
+    from ingestion.pipeline import IngestStorageError
+
+    ing = make_ingestor(tmp_path)
+    ing.vector_store = FullDisk(ing.vector_store, fail_at=2, error=error)  # type: ignore[assignment]
+    with pytest.raises(IngestStorageError) as err:
+        ing.ingest(corpus(12), source="gen")
+    message = str(err.value)
+    assert message.startswith(f"ingest stopped: {said}") and "where the index is written" in message
+    assert "Nothing is lost" in message and "run the same command again" in message and "\n" not in message
+    assert err.value.errno == (error.errno or 28)
+    assert ing.article_store.pending_ids()  # the batch being written waits for the next run
+    report = make_ingestor(tmp_path).ingest(corpus(12), source="gen")
+    assert report.recovered == 4 and report.new == 4
+    make_ingestor(tmp_path / "clean").ingest(corpus(12), source="gen")
+    assert chunk_rows(tmp_path) == chunk_rows(tmp_path / "clean")
+    other = make_ingestor(tmp_path / "other")
+    other.vector_store = FullDisk(other.vector_store, fail_at=1, error=OSError(5, "Input/output error"))  # type: ignore[assignment]
+    with pytest.raises(OSError, match="Input/output error") as raised:  # any other failure is raised as it is
+        other.ingest(corpus(4), source="gen")
+    assert not isinstance(raised.value, IngestStorageError)

@@ -31,11 +31,13 @@ def test_jsonl_reads_articles_with_language_and_source(tmp_path: Path) -> None:
 
 def test_a_jsonl_line_cannot_claim_to_be_a_file_read_from_disk(tmp_path: Path) -> None:
     # file_stamp is ingestion's own mark of a document it read (the dashboard serves such files): never from data
-    line = good(1, url="file:///home/ann/private/report.pdf", file_stamp="1234:1700000000000000000")
+    line = good(
+        1, url="file:///home/ann/private/report.pdf", file_stamp="1234:1700000000000000000", file_path="/etc/passwd"
+    )
     nested = json.dumps({"id": "k2", "text": "t", "metadata": {"file_stamp": "1:2", "team": "hr"}}).encode()
     first, second = read_source(write_lines(tmp_path / "kb.jsonl", [line, nested]))
     assert isinstance(first, Article) and isinstance(second, Article)
-    assert FILE_STAMP not in first.metadata and second.metadata == {"team": "hr"}
+    assert FILE_STAMP not in first.metadata and "file_path" not in first.metadata and second.metadata == {"team": "hr"}
 
 
 def test_every_kind_of_bad_line_is_named_by_file_and_line_and_the_rest_is_read(tmp_path: Path) -> None:
@@ -226,8 +228,9 @@ def test_a_document_whose_file_is_unchanged_is_not_read_again(tmp_path: Path) ->
     page.write_text("# A\n\nFirst text.\n")
     first = read_document(page, tmp_path)
     assert isinstance(first, Article) and FILE_STAMP in first.metadata
-    stored = {"a.md": first}
-    assert read_document(page, tmp_path, known=stored.get) is first  # handed on as stored, not read
+    stored = {"a.md": first.with_metadata(seen_before=True)}
+    again = read_document(page, tmp_path, known=stored.get)
+    assert isinstance(again, Article) and again.metadata["seen_before"] is True  # handed on as stored, not read
     page.write_text("# A\n\nSecond text, longer.\n")  # another size: read again
     second = read_document(page, tmp_path, known=stored.get)
     assert isinstance(second, Article) and "Second text" in second.content
@@ -265,3 +268,58 @@ def test_language_sample_reads_every_jsonl_file_of_a_folder_again_and_leaves_doc
     assert again is not None and [a.kb_id for a in again if isinstance(a, Article)] == ["k1", "k2"]
     file_again = language_sample(tmp_path / "b.jsonl")
     assert file_again is not None and len(list(file_again)) == 2
+
+
+def test_a_link_to_a_file_outside_the_folder_is_reported_not_read_and_a_link_inside_is_read(tmp_path: Path) -> None:
+    kb, outside = tmp_path / "kb", tmp_path / "outside"
+    kb.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("The payroll of every employee.\n")
+    (kb / "notes.md").write_text("# Notes\n\nPrinting labels.\n")
+    (kb / "secret.txt").symlink_to(Path("..") / "outside" / "secret.txt")
+    (kb / "alias.md").symlink_to("notes.md")  # inside the folder: read like the file itself
+    items = list(read_source(kb))
+    articles = {a.kb_id: a for a in items if isinstance(a, Article)}
+    assert set(articles) == {"alias.md", "notes.md"}
+    [refused] = [e for e in items if isinstance(e, SourceError)]
+    assert refused.refused and refused.kb_id is None and refused.path == str(kb / "secret.txt")
+    assert "a link to a file outside the folder ingested: not read" in refused.reason
+    assert "payroll" not in str(refused)
+
+
+def test_a_documents_stamp_holds_its_content_digest_and_only_matches_those_bytes(tmp_path: Path) -> None:
+    import hashlib
+    import os
+
+    from ingestion.sources import stamp_matches
+
+    page = tmp_path / "a.md"
+    page.write_text("# A\n\nFirst text.\n")
+    article = read_document(page, tmp_path)
+    assert isinstance(article, Article)
+    stat = page.stat()
+    stamp = article.metadata[FILE_STAMP]
+    assert stamp == f"{stat.st_size}:{stat.st_mtime_ns}:{hashlib.sha256(page.read_bytes()).hexdigest()}"
+    assert stamp_matches(stamp, page, stat)
+    page.write_text("# A\n\nOther text.\n")  # the same size, and the time put back: only the digest tells
+    os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert page.stat().st_size == stat.st_size and not stamp_matches(stamp, page, page.stat())
+    assert not stamp_matches(f"{stat.st_size}:{stat.st_mtime_ns}", page, page.stat())  # a stamp without a digest
+
+
+def test_a_file_the_store_knows_keeps_its_id_whichever_folder_is_read(tmp_path: Path) -> None:
+    from ingestion.sources import FILE_PATH
+
+    (tmp_path / "billing").mkdir()
+    refunds = tmp_path / "billing" / "refunds.md"
+    refunds.write_text("# Refunds\n\nRefunds take five days.\n")
+    [alone] = list(read_source(refunds))
+    assert isinstance(alone, Article) and alone.kb_id == "refunds.md"
+    assert alone.metadata[FILE_PATH] == str(refunds.resolve())
+    known = {str(refunds.resolve()): "refunds.md"}
+    [in_folder] = list(read_source(tmp_path, ids=lambda p: known.get(str(p))))
+    assert isinstance(in_folder, Article) and in_folder.kb_id == "refunds.md"
+    known = {str(refunds.resolve()): "billing/refunds.md"}
+    [again] = list(read_source(refunds, ids=lambda p: known.get(str(p))))
+    assert isinstance(again, Article) and again.kb_id == "billing/refunds.md"
+    assert again.url == refunds.resolve().as_uri()
