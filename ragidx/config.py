@@ -451,6 +451,13 @@ class QueueSettings(BaseModel):
         "ahead times the measured time per question) is longer is refused at once; one that waited this long is "
         "refused then.",
     )
+    max_waiting_per_reader: int | None = Field(
+        default=None,
+        ge=1,
+        description="The most questions one reader (an API key's user and groups; the public reader) may have "
+        "waiting. None: its fair share, max_waiting divided by the readers waiting (rounded up). Readers are "
+        "served in turn, so one reader's many questions never hold back another's.",
+    )
 
     def effective_slots(self, endpoint: LLMEndpoint) -> int:
         return self.slots if self.slots is not None else (1 if endpoint.is_local else 4)
@@ -543,6 +550,29 @@ class ServerSettings(BaseModel):
     )
     max_question_chars: int = Field(
         default=8_000, ge=16, description="Longest last user message accepted (HTTP 400 past it)."
+    )
+    max_question_tokens: int = Field(
+        default=2_000,
+        ge=16,
+        description="Most tokens of the chat model's tokenizer in the last user message (HTTP 400 past it): the "
+        "question is in every prompt of its turn, and 8000 characters of some scripts are 8000 tokens or more.",
+    )
+    request_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest a client may take to send a request's body (HTTP 408 past it), so a client that "
+        "stalls holds no connection for long. Clients also get this long to send their headers and, between "
+        "requests, 5 s on a kept-alive connection.",
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json",
+        description="The server's log lines on stderr (start, one line per request, stop): 'json', one JSON object "
+        "per line (for log collectors), or 'text', the same as key=value pairs.",
+    )
+    log_questions: bool = Field(
+        default=False,
+        description="Write each chat request's question into its access-log line (off: questions may hold what "
+        "readers must not find in logs). Keys are never logged.",
     )
 
     @property
