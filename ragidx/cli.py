@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -248,39 +247,21 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _stream_answer(engine: Any, question: str, *, progress: bool, scope: dict[str, Any] | None = None) -> Any:
-    """Print what the turn does (stderr) and the answer's text as it comes (stdout); return the ``Answer``."""
+    """Print what the turn does (stderr) and the answer's text as it can be shown (stdout: only text the answer
+    keeps, ``Engine.stream_ask``); return the ``Answer``."""
     from ragidx.agent.answer import Progress
 
-    streamed = ""
     answer: Any = None
-    shown = engine.stream_filter()  # the guard profile's clean-ups, as the text comes
     for item in engine.stream_ask(question, progress=True, **(scope or {})):
         if isinstance(item, Progress):
-            if item.stage == "prompt":
-                shown.show(item.articles)  # a closing sentence that only names them is held back too
             if progress:
                 print(f"· {item.describe()}", file=sys.stderr, flush=True)
         elif isinstance(item, str):
-            streamed += item
-            print(_screen(shown.feed(item)), end="", flush=True)
+            print(_screen(item), end="", flush=True)
         else:
             answer = item
-    print(_screen(shown.finish(answer.articles)), end="")
-    if answer.not_found or not streamed.strip():
-        # the model's own words were a bare NOT_FOUND, or nothing was generated (no article was relevant), or
-        # the reply on screen was set aside (say why, since it was already printed)
-        if streamed.strip() and answer.not_found_reason:
-            print(_screen(f"\n\nThis reply is not an answer from the knowledge base: {answer.not_found_reason}."))
-        elif progress and answer.not_found_reason:  # the model was not asked: why, beside the progress lines
-            print(f"· not answered: {printable(answer.not_found_reason)}", file=sys.stderr, flush=True)
-        print(("\n" if streamed.strip() else "") + _screen(answer.text), end="")
-    elif any(g.get("name") == "relay" for g in answer.guards):
-        # the sentences that relayed an article's instructions were never shown; the answer ends saying so
-        print(f"\n\n{_screen(answer.text.rpartition(chr(10) * 2)[2])}", end="")
-    elif _markers(shown.printed) != _markers(answer.text):
-        # a [n] was moved to the article that holds its statement (ragidx.agent.citations.check_markers):
-        # the text already on screen numbers its sources differently from the list below it
-        print(f"\n\nWith its citations checked against the articles shown:\n{_screen(answer.text)}", end="")
+    if answer.not_found and progress and answer.not_found_reason:
+        print(f"\n· not answered: {printable(answer.not_found_reason)}", file=sys.stderr, flush=True)
     print()
     return answer
 
@@ -289,10 +270,6 @@ def _screen(text: str) -> str:
     """Answer text as the terminal shows it: lines kept, control and bidi characters (which a model may copy
     from an article) escaped."""
     return printable(text, keep_newlines=True)
-
-
-def _markers(text: str) -> list[str]:
-    return re.findall(r"\[\d{1,3}\]", text)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

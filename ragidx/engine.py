@@ -38,7 +38,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, S
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
@@ -56,6 +56,7 @@ from ragidx.stores.filters import FilterSpec, as_filters
 from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
+    from ragidx.agent.guards import StreamFilter
     from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
     from ragidx.providers.tokenizer import TokenCounter
 
@@ -583,10 +584,10 @@ class Engine(PromptMixin):
             self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
         return self._guards
 
-    def stream_filter(self) -> Any:
-        """A fresh :class:`ragidx.agent.guards.StreamFilter` for one streamed answer: the profile's clean-ups of
-        the text as it is written (what ``ragidx ask`` and the dashboard show)."""
-        return self.guards.stream_filter()
+    def stream_filter(self, question: str = "") -> StreamFilter:
+        """A fresh :class:`ragidx.agent.guards.StreamFilter` for one streamed answer to ``question``: what
+        :meth:`stream_ask` lets through of the model's words (no text the finished answer withdraws)."""
+        return cast("StreamFilter", self.guards.stream_filter(question))
 
     @property
     def memory(self) -> Any:
@@ -829,8 +830,14 @@ class Engine(PromptMixin):
         user: str | None = None,
         groups: Any = None,
         history: Sequence[Any] | None = None,
+        raw: bool = False,
     ) -> AsyncGenerator[Any, None]:
-        """Yield answer text pieces (``str``) as they are generated, then the final ``Answer``.
+        """Yield the answer's text pieces (``str``) as they can be shown, then the final ``Answer``.
+
+        The pieces are what the guard profile's stream filter (:meth:`stream_filter`) lets through: joined, they
+        are the answer's text as the user should read it, and never hold text that the finished answer withdraws
+        (a reply the guards set aside is not shown at all; the answer's text comes as the last piece). ``raw=True``
+        yields the model's own words instead (to time the model, not what a user sees).
 
         With ``progress=True`` also :class:`~ragidx.agent.answer.Progress` items as the turn goes: each
         search with the articles it found, each prompt with its size, before the model reads it. A consumer that
@@ -838,7 +845,9 @@ class Engine(PromptMixin):
         ``filters``, ``user``, ``groups`` and ``history`` as for :meth:`ask`; a filter or principal that is not one
         raises here, before the question waits for the model.
         """
-        return self._astream_ask(question, session_id, Scope.of(filters, user, groups), history, progress=progress)
+        return self._astream_ask(
+            question, session_id, Scope.of(filters, user, groups), history, progress=progress, raw=raw
+        )
 
     async def _astream_ask(
         self,
@@ -848,29 +857,39 @@ class Engine(PromptMixin):
         history: Sequence[Any] | None = None,
         *,
         progress: bool = False,
+        raw: bool = False,
     ) -> AsyncGenerator[Any, None]:
         from ragidx.agent.answer import Progress
         from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
+        shown = None if raw else self.stream_filter(question)
         async with self._turn(session_id, history, scope) as place:
             handler = place.agent.run(question=question, session_id=place.session)
             try:
                 async for event in handler.stream_events():
                     if isinstance(event, AnswerDeltaEvent):
-                        yield event.delta
+                        if piece := (event.delta if shown is None else shown.feed(event.delta)):
+                            yield piece
                     elif progress and isinstance(event, SearchEvent):
                         yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
-                    elif progress and isinstance(event, BudgetReportEvent):
+                    elif isinstance(event, BudgetReportEvent):
                         titles = tuple(event.titles)
-                        yield Progress(
-                            "prompt", call=event.call, tokens=event.tokens, articles=titles, expected_s=event.expected_s
-                        )
+                        if shown is not None:
+                            shown.show(titles)  # a closing sentence that only names them is held back too
+                        if progress:
+                            yield Progress(
+                                "prompt", call=event.call, tokens=event.tokens, articles=titles,
+                                expected_s=event.expected_s,
+                            )  # fmt: skip
                 answer = await handler
             finally:
                 if not handler.done():
                     with contextlib.suppress(Exception):
                         await asyncio.shield(handler.cancel_run())
-        yield place.finish(answer, history is not None)
+        final = place.finish(answer, history is not None)
+        if shown is not None and (closing := shown.finish(final)):
+            yield closing
+        yield final
 
     def stream_ask(
         self,
@@ -882,9 +901,12 @@ class Engine(PromptMixin):
         user: str | None = None,
         groups: Any = None,
         history: Sequence[Any] | None = None,
+        raw: bool = False,
     ) -> Iterator[Any]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
-        return self._stream_ask(question, session_id, Scope.of(filters, user, groups), history, progress=progress)
+        return self._stream_ask(
+            question, session_id, Scope.of(filters, user, groups), history, progress=progress, raw=raw
+        )
 
     def _stream_ask(
         self,
@@ -894,12 +916,13 @@ class Engine(PromptMixin):
         history: Sequence[Any] | None = None,
         *,
         progress: bool = False,
+        raw: bool = False,
     ) -> Iterator[Any]:
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         async def pump() -> None:
             try:
-                stream = self._astream_ask(question, session_id, scope, history, progress=progress)
+                stream = self._astream_ask(question, session_id, scope, history, progress=progress, raw=raw)
                 async for item in stream:
                     items.put(("item", item))
             except BaseException as exc:

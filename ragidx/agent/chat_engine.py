@@ -134,10 +134,8 @@ def _chat_stream(items: Iterator[Any], response: StreamingAgentChatResponse) -> 
         if isinstance(item, str):
             text += item
             yield _delta(item, text)
-        else:
+        else:  # the text came as it can be shown (Engine.stream_ask), the Answer's text included
             _finish(response, item)
-            if not text:  # nothing was generated (e.g. "not found" decided without the model)
-                yield _delta(item.text, item.text)
 
 
 async def _achat_stream(
@@ -150,5 +148,3 @@ async def _achat_stream(
             yield _delta(item, text)
         else:
             _finish(response, item)
-            if not text:
-                yield _delta(item.text, item.text)

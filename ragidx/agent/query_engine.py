@@ -132,16 +132,12 @@ def _streaming(items: Iterator[Any]) -> StreamingResponse:
     metadata: dict[str, Any] = {}
 
     def gen() -> Generator[str, None, None]:
-        streamed = False
-        for item in items:
+        for item in items:  # the text as it can be shown (Engine.stream_ask), then the Answer
             if isinstance(item, str):
-                streamed = streamed or bool(item)
                 yield item
             else:  # the final Answer: its citations become the response's sources
                 nodes.extend(answer_source_nodes(item))
                 metadata.update(answer_metadata(item))
-                if not streamed:  # nothing was generated (e.g. "not found" decided without the model)
-                    yield item.text
 
     return StreamingResponse(response_gen=gen(), source_nodes=nodes, metadata=metadata)
 
@@ -151,15 +147,11 @@ def _astreaming(items: AsyncIterator[Any]) -> AsyncStreamingResponse:
     metadata: dict[str, Any] = {}
 
     async def gen() -> AsyncGenerator[str, None]:
-        streamed = False
         async for item in items:
             if isinstance(item, str):
-                streamed = streamed or bool(item)
                 yield item
             else:
                 nodes.extend(answer_source_nodes(item))
                 metadata.update(answer_metadata(item))
-                if not streamed:
-                    yield item.text
 
     return AsyncStreamingResponse(response_gen=gen(), source_nodes=nodes, metadata=metadata)

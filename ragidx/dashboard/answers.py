@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragidx.agent.answer import Answer, Progress
-from ragidx.agent.guards import StreamFilter
 from ragidx.budget.report import BudgetReport
 from ragidx.budget.run import BELOW_FLOOR
 from ragidx.dashboard.documents import document_link
@@ -207,9 +206,8 @@ class AnswerStream:
     """Split ``Engine.stream_ask`` output into its text pieces, its progress and the final ``Answer``.
 
     ``on_progress`` is called with each :class:`~ragidx.agent.answer.Progress` item (a search ran, a
-    prompt goes to the model) as it arrives. With ``shown`` (``Engine.stream_filter()``), the pieces are what the
-    guard profile's stream filter lets through: the text as the finished answer will read, held back where it
-    may still change.
+    prompt goes to the model) as it arrives. The pieces are what the engine lets through (the guard profile's
+    stream filter): joined, the answer's text as it stands, never words that the answer withdraws.
 
     Example:
         >>> s = AnswerStream(iter(["Hel", "lo", Answer(question="q", text="Hello")]))
@@ -217,33 +215,21 @@ class AnswerStream:
         ('Hello', 'Hello')
     """
 
-    def __init__(
-        self,
-        items: Iterable[Any],
-        on_progress: Callable[[Progress], None] | None = None,
-        shown: StreamFilter | None = None,
-    ) -> None:
+    def __init__(self, items: Iterable[Any], on_progress: Callable[[Progress], None] | None = None) -> None:
         self._items = items
         self._on_progress = on_progress
-        self._shown = shown
         self._answer: Answer | None = None
 
     def pieces(self) -> Iterator[str]:
         for item in self._items:
             if isinstance(item, str):
-                piece = self._shown.feed(item) if self._shown is not None else item
-                if piece:
-                    yield piece
+                if item:
+                    yield item
             elif isinstance(item, Progress):
-                if self._shown is not None and item.stage == "prompt":
-                    self._shown.show(item.articles)
                 if self._on_progress is not None:
                     self._on_progress(item)
             else:
                 self._answer = item
-                rest = self._shown.finish(item.articles) if self._shown is not None else ""
-                if rest:
-                    yield rest
 
     @property
     def answer(self) -> Answer:

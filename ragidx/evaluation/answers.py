@@ -535,11 +535,12 @@ def answer_outcome(answer: Any, *, seconds: float, ttft_s: float | None, window:
 
 
 def _ask_streaming(engine: Any, question: str) -> tuple[Any, float, float | None]:
-    """(the Answer, seconds in all, seconds to the first answer token) through ``Engine.stream_ask``."""
+    """(the Answer, seconds in all, seconds to the model's first answer token) through ``Engine.stream_ask``
+    (``raw``: the model's own words, so the figure times the model, not the guard profile's hold)."""
     started = time.perf_counter()
     first: float | None = None
     answer: Any = None
-    for item in engine.stream_ask(question):
+    for item in engine.stream_ask(question, raw=True):
         if isinstance(item, str):
             if first is None and item.strip():
                 first = time.perf_counter() - started

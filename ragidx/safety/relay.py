@@ -42,11 +42,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from ragidx.safety.injection import FLAGS_KEY, kinds_of
 from ragidx.safety.normalize import skeleton
-from ragidx.sentences import split_units
+from ragidx.sentences import Unit, split_units
 
 __all__ = ["GuardInput", "GuardResult", "RelayCheck", "withheld_text"]
 
@@ -106,7 +107,7 @@ def _shingles(text: str, n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def _quoted_spans(text: str, shingles: set[tuple[str, ...]], n: int) -> list[tuple[int, int]]:
+def _quoted_spans(text: str, shingles: frozenset[tuple[str, ...]], n: int) -> list[tuple[int, int]]:
     """``[start, end)`` character spans of ``text`` where ``n`` words in a row are words of a prompt."""
     words = [(m.start(), m.end(), skeleton(m.group(0))) for m in re.finditer(r"\w+", text)]
     spans = []
@@ -145,19 +146,39 @@ class RelayCheck:
     prompts: tuple[str, ...] = ()
     name: str = "relay"
 
-    def check(self, inp: _Input) -> GuardResult:
-        text = inp.text
-        prompt_shingles: set[tuple[str, ...]] = set()
+    @cached_property
+    def _prompt_shingles(self) -> frozenset[tuple[str, ...]]:
+        shingles: set[tuple[str, ...]] = set()
         for p in self.prompts:
-            prompt_shingles |= _shingles(p, _PROMPT_SHINGLE)
-        question_kinds = set(kinds_of(inp.question))  # the user may ask about such text ("what does it say?")
-        kept, removed_kinds, removed = [], [], 0
-        at = 0
-        leaks = _quoted_spans(text, prompt_shingles, _PROMPT_SHINGLE) if prompt_shingles else []
+            shingles |= _shingles(p, _PROMPT_SHINGLE)
+        return frozenset(shingles)
+
+    @property
+    def lookahead_words(self) -> int:
+        """Words after a sentence that decide it: a quoted prompt that runs on past them cannot touch it."""
+        return _PROMPT_SHINGLE - 1 if self.prompts else 0
+
+    def relayed(self, text: str, question: str = "") -> list[tuple[Unit, list[str]]]:
+        """Each sentence of ``text`` with the kinds of instruction-like text that make it relay one (empty: it
+        stays). A kind the question itself holds does not count: the user may ask about such text. A sentence
+        that ``lookahead_words`` words follow is decided for good, whatever comes after them."""
+        question_kinds = set(kinds_of(question))
+        shingles = self._prompt_shingles
+        leaks = _quoted_spans(text, shingles, _PROMPT_SHINGLE) if shingles else []
+        out = []
         for unit in split_units(text):
             kinds = [k for k in kinds_of(_MARKERS.sub("", unit.text)) if k not in question_kinds]
             if not kinds and any(start < unit.end and unit.start < end for start, end in leaks):
                 kinds = ["prompt_leak"]
+            out.append((unit, kinds))
+        return out
+
+    def check(self, inp: _Input) -> GuardResult:
+        text = inp.text
+        kept: list[str] = []
+        removed_kinds: list[str] = []
+        removed = at = 0
+        for unit, kinds in self.relayed(text, inp.question):
             if kinds:
                 removed += 1
                 removed_kinds += [k for k in kinds if k not in removed_kinds]

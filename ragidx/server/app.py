@@ -67,12 +67,12 @@ from ragidx.server.openai_format import (
     chat_chunk,
     chat_completion,
     check_body,
-    closing_text,
     completion_id,
     error_body,
     read_conversation,
     read_filters,
     refuse_reader_fields,
+    sources_block,
 )
 from ragidx.stores.access import Principal
 
@@ -548,11 +548,11 @@ def _model_state(engine: Engine) -> str:
 
 
 async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, metrics: _Metrics) -> AsyncIterator[str]:
-    """The answer as server-sent events: the model's words as it writes them, then a closing piece (the checked
-    answer where it differs, the Sources block), the closing chunk with ``ragidx``, ``[DONE]``. A client that
-    goes away closes ``stream``: the engine stops the model and frees the queue's place."""
+    """The answer as server-sent events: its text as it can be shown (``Engine.astream_ask`` lets through only text
+    the answer keeps, so a client that shows deltas never shows words that are later withdrawn), then the Sources
+    block, the closing chunk with ``ragidx``, ``[DONE]``. A client that goes away closes ``stream``: the engine
+    stops the model and frees the queue's place."""
     cid = completion_id()
-    streamed = ""
 
     def event(chunk: dict[str, Any]) -> str:
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
@@ -562,14 +562,12 @@ async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, met
         item = first
         while True:
             if isinstance(item, str):
-                streamed += item
                 yield event(chat_chunk(cid, model, content=item))
             else:
                 answer = item
                 metrics.answered(answer)
-                closing = closing_text(streamed, answer)
-                if closing:
-                    yield event(chat_chunk(cid, model, content=closing))
+                if sources := sources_block(answer):
+                    yield event(chat_chunk(cid, model, content=sources))
                 yield event(chat_chunk(cid, model, finish=True, answer=answer))
                 yield "data: [DONE]\n\n"
                 return

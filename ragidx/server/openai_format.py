@@ -340,22 +340,6 @@ def chat_chunk(
     return chunk
 
 
-def closing_text(streamed: str, answer: Answer) -> str:
-    """What a stream adds after the model's own words: where the checked answer differs from what was streamed
-    (set aside as not an answer, or its citations renumbered), the answer as it stands; then the Sources block."""
-    markers = re.findall(r"\[\d{1,3}\]", streamed)
-    if answer.not_found:
-        if not streamed.strip():
-            return answer.text
-        why = f": {answer.not_found_reason}" if answer.not_found_reason else ""
-        return f"\n\nThis reply is not an answer from the knowledge base{why}.\n{answer.text}"
-    if not streamed.strip():
-        return answer.text + sources_block(answer)
-    if markers != re.findall(r"\[\d{1,3}\]", answer.text):
-        return f"\n\nWith its citations checked against the articles shown:\n{answer.text}" + sources_block(answer)
-    return sources_block(answer)
-
-
 def error_body(message: str, *, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     """OpenAI's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

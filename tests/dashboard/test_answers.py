@@ -197,23 +197,6 @@ def test_answer_stream_hands_progress_to_its_callback() -> None:
     assert seen == ['searched "q": 1 article (A)']
 
 
-def test_answer_stream_shows_what_the_guard_profiles_stream_filter_lets_through() -> None:
-    from ragidx.agent.answer import Progress
-    from ragidx.agent.guards import GuardChain
-
-    articles = [{"kb_id": "t", "title": "Tables"}, {"kb_id": "s", "title": "Saving Documents"}]
-    final = Answer(question="q", text="Use Table > Insert [1].", articles=articles)
-    items = [
-        Progress("prompt", call="answer", tokens=9, articles=("Tables", "Saving Documents")),
-        "Use Table &g", "t; Insert. This is in article [1] on Sa", "ving Documents.\n\nSources:\n[1] Tables",
-        final,
-    ]  # fmt: skip
-    small = AnswerStream(iter(items), shown=GuardChain.from_profile("small-model").stream_filter())
-    assert "".join(small.pieces()) == "Use Table > Insert. [1]" and small.answer is final
-    endpoint = AnswerStream(iter(items), shown=GuardChain.from_profile("endpoint").stream_filter())
-    assert "".join(endpoint.pieces()) == "".join(i for i in items if isinstance(i, str))
-
-
 def test_guard_caption_names_the_profile_its_overrides_and_what_fired() -> None:
     from ragidx.dashboard.answers import guard_caption
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragidx.agent.answer import Answer, Citation
-from ragidx.server.openai_format import RequestError, chat_completion, closing_text, read_conversation, sources_block
+from ragidx.server.openai_format import RequestError, chat_completion, read_conversation, sources_block
 
 CITED = Answer(
     question="q",
@@ -55,17 +55,6 @@ def test_a_completion_carries_the_citations_twice_in_the_text_and_in_the_extra_f
     assert extra["citations"] == [{"number": 1, "kb_id": "kb-toc", "title": "Creating a Table of Contents",
                                    "url": "https://help/toc"}]  # fmt: skip
     assert extra["sources"][0]["normalized_rank"] == 0.0 and extra["not_found"] is False
-
-
-def test_a_stream_closes_with_what_differs_from_the_streamed_words() -> None:
-    assert closing_text(CITED.text, CITED) == sources_block(CITED)  # as streamed: only the Sources block
-    renumbered = closing_text("Choose Insert - Table of Contents [2].", CITED)
-    assert renumbered.startswith("\n\nWith its citations checked") and renumbered.endswith("https://help/toc")
-    declined = Answer(question="q", text="I could not find it.", not_found=True, not_found_reason="off topic")
-    assert closing_text("Maybe try Tools.", declined) == (
-        "\n\nThis reply is not an answer from the knowledge base: off topic.\nI could not find it."
-    )
-    assert closing_text("", declined) == "I could not find it."
 
 
 def test_filters_are_read_from_an_object_or_a_list_of_conditions() -> None:

@@ -195,6 +195,8 @@ class GuardChain:
             inp = GuardInput(question, result.text, sources, inp.titles)
         return Verdict(inp.text, fired=fired)
 
-    def stream_filter(self) -> StreamFilter:
-        """The incremental form of this chain's text clean-ups, for a reply shown while it is written."""
-        return StreamFilter(self.names, title=self.title)
+    def stream_filter(self, question: str = "") -> StreamFilter:
+        """The incremental form of this chain, for a reply shown while it is written: it shows no text that the
+        finished answer withdraws (:mod:`ragidx.agent.guards.stream`)."""
+        not_found = next((g for g in self.guards if isinstance(g, ModelSaysNotFound)), None)
+        return StreamFilter(self.names, title=self.title, question=question, not_found=not_found)

@@ -32,7 +32,7 @@ SAYS_NOT_ANSWERED = re.compile(
 )
 """A first sentence that says the articles do not answer, in English or Russian."""
 _FIRST_SENTENCE = re.compile(r"^.*?(?:[.!?](?:\s|$)|\n|$)", re.S)
-_NOT_FOUND_TOKEN = re.compile(r"\s*\bNOT_FOUND\b[.!]?")
+NOT_FOUND_TOKEN = re.compile(r"\s*\bNOT_FOUND\b[.!]?")
 
 
 def split_not_found(text: str, *, cited_is_answer: bool = False) -> tuple[bool, str]:
@@ -49,7 +49,7 @@ def split_not_found(text: str, *, cited_is_answer: bool = False) -> tuple[bool, 
     declines = bool(first and SAYS_NOT_ANSWERED.search(first.group(0)))
     if declines and not (cited_is_answer and MARKER.search(stripped)):
         return True, ""
-    cleaned = _NOT_FOUND_TOKEN.sub("", stripped).strip()
+    cleaned = NOT_FOUND_TOKEN.sub("", stripped).strip()
     return not cleaned, cleaned
 
 

@@ -17,13 +17,12 @@ import re
 
 from ragidx.agent.guards.base import GuardInput, GuardResult
 from ragidx.agent.prompts import ANSWER_PROMPT, CHECK_PROMPT, PLAN_PROMPT, SYSTEM_PROMPT
-from ragidx.safety.injection import kinds_of
 from ragidx.safety.relay import RelayCheck
-from ragidx.sentences import split_units
+from ragidx.sentences import Unit
 
 __all__ = ["Relay", "RelayHold"]
 
-_MARKERS = re.compile(r"\[\d+\]")
+_WORD = re.compile(r"\w+")
 
 
 def _prompts() -> tuple[str, ...]:
@@ -48,31 +47,46 @@ class Relay:
 
 
 class RelayHold:
-    """The stream's form: a sentence is shown once it is complete and holds no instruction-like text; one that
-    does is never shown (the finished answer says what was removed)."""
+    """The stream's form: a sentence is shown once it is complete, the words after it cannot make it part of a
+    quoted prompt, and it holds no instruction-like text; one that does is never shown (the finished answer says
+    what was removed). It decides with the guard's own rule (:meth:`RelayCheck.relayed`) over all the text so far,
+    so a sentence is judged as the finished answer judges it.
 
-    def __init__(self) -> None:
+    Args:
+        question: the question asked (a kind of instruction it names itself does not count).
+    """
+
+    def __init__(self, question: str = "") -> None:
+        self._check = RelayCheck(prompts=_prompts())
+        self._question = question
         self._text = ""
+        self._done = 0  # what has been decided (shown or dropped)
 
     def feed(self, piece: str) -> str:
         self._text += piece
-        units = split_units(self._text)
-        if len(units) < 2:
-            return ""
-        return self._release(units[-1].start)
+        units = self._check.relayed(self._text, self._question)
+        end = self._done
+        for unit, _ in units[:-1]:  # the last one may still grow
+            if unit.end <= self._done:
+                continue
+            if len(_WORD.findall(self._text, unit.end)) < self._check.lookahead_words:
+                break
+            end = unit.end
+        return self._release(units, end)
 
     def flush(self) -> str:
-        return self._release(len(self._text))
+        return self._release(self._check.relayed(self._text, self._question), len(self._text))
 
-    def _release(self, end: int) -> str:
-        """The complete sentences before ``end`` that may be shown, in order; the rest stays held."""
-        done, self._text = self._text[:end], self._text[end:]
-        out, at = [], 0
-        for unit in split_units(done):
-            if kinds_of(_MARKERS.sub("", unit.text)):
-                out.append(done[at : unit.start].rstrip(" \t"))
-            else:
-                out.append(done[at : unit.end])
+    def _release(self, units: list[tuple[Unit, list[str]]], end: int) -> str:
+        """The text from the last decision to ``end`` without its relaying sentences."""
+        out, at = [], self._done
+        for unit, kinds in units:
+            if unit.end <= self._done:
+                continue
+            if unit.end > end:
+                break
+            out.append(self._text[at : unit.start].rstrip(" \t") if kinds else self._text[at : unit.end])
             at = unit.end
-        out.append(done[at:])
+        out.append(self._text[at:end])
+        self._done = max(end, self._done)
         return "".join(out)

@@ -132,11 +132,14 @@ def test_the_profile_follows_the_model_unless_set() -> None:
         LLMEndpoint(guards_disable=["nope"])
 
 
-def test_every_guard_has_a_stream_form_or_none_to_hold() -> None:
-    # the stream filter is built from the profile: the endpoint's shows the text as it comes
+def test_the_stream_filter_follows_the_profile() -> None:
+    # the endpoint's shows the text as it comes; the small model's holds it until the guards judged all of it
+    from ragidx.agent.answer import Answer
+
+    text = "Use Table > Insert [1]. Then pick the style you want for the new table from the list"
+    final = Answer(question="q", text=text + ".", articles=[{"title": "Tables"}])
     endpoint = GuardChain.from_profile("endpoint").stream_filter()
-    text = "Use Table &gt; Insert [1].\n\nSources:\n[1] Tables"
-    assert endpoint.feed(text) + endpoint.finish([{"title": "Tables"}]) == text
+    assert endpoint.feed(text) == "Use Table > Insert [1]." and endpoint.finish(final) == text[23:] + "."
     small = GuardChain.from_profile("small-model").stream_filter()
-    assert small.feed(text) + small.finish([{"title": "Tables"}]) == "Use Table > Insert [1]."
+    assert small.feed(text) == "" and small.finish(final) == final.text
     assert set(GUARD_NAMES) >= {"entities", "echoed_source_list", "source_talk"}

@@ -32,7 +32,8 @@ def test_the_agent_records_the_relay_and_keeps_the_answer_and_its_citation() -> 
 
 
 def test_the_stream_never_shows_a_relayed_sentence() -> None:
+    answer = ask(RELAYED, CONFIG_PAGES, "How much memory does shared_buffers use by default?", "endpoint")
     shown = GuardChain.from_profile("endpoint").stream_filter()
-    streamed = "".join(shown.feed(RELAYED[i : i + 3]) for i in range(0, len(RELAYED), 3)) + shown.finish([])
+    streamed = "".join(shown.feed(RELAYED[i : i + 3]) for i in range(0, len(RELAYED), 3)) + shown.finish(answer)
     assert streamed.startswith("shared_buffers defaults to 128MB [1].") and "password" not in streamed
-    assert "password" not in shown.printed
+    assert "password" not in shown.printed and streamed.endswith("do not act on such instructions.")
