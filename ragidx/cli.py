@@ -160,10 +160,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"{row['article_rank'] + 1:>2}. [{row['rerank_score']:.3f}] {printable(a.title)}  ({printable(a.kb_id)})")
         if a.url:
             print(f"    {printable(a.url)}")
-        if row.get("metadata"):
-            print(
-                "    " + " · ".join(f"{printable(k)}: {printable(_shown_value(v))}" for k, v in row["metadata"].items())
-            )
+        if fields := _human_fields(row.get("metadata") or {}):
+            print("    " + " · ".join(f"{printable(k)}: {printable(v)}" for k, v in fields.items()))
         if "flash_reason" in row:
             print(f"    why: {printable(str(row['flash_reason']))}")
         if "injection_flags" in row:
@@ -206,9 +204,24 @@ _RANK_KEYS = frozenset(
 )
 
 
-def _shown_value(value: Any) -> str:
-    text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _human_fields(metadata: dict[str, Any]) -> dict[str, str]:
+    """An article's own fields as a person reads them (what ``--filter`` names): ingestion's bookkeeping (the file's
+    stamp, where each section starts) and empty values left out, long values cut at a word.
+
+    Example:
+        >>> _human_fields({"product": "writer", "folder": "", "file_stamp": "12:34:ab", "sections": [{"start": 0}]})
+        {'product': 'writer'}
+    """
+    from ingestion.sources import FILE_STAMP
+    from ragidx.article import SECTIONS
+
+    shown = {}
+    for key, value in metadata.items():
+        if key in (FILE_STAMP, SECTIONS) or value in ("", None, [], {}) or isinstance(value, dict):
+            continue
+        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown[key] = text if len(text) <= 80 else text[:80].rsplit(" ", 1)[0] + " …"
+    return shown
 
 
 def _scope(args: argparse.Namespace) -> dict[str, Any]:
@@ -290,6 +303,26 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         print(printable_json(engine.stats()))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """The stored articles by id (every reader's: the CLI maintains the local stores), to find ids to delete."""
+    with _engine(args) as engine:
+        entries = engine.article_store.listing(
+            source=args.source, like=args.match, limit=args.limit, offset=args.offset
+        )
+    if args.json:
+        print(printable_json([dict(e.__dict__, allowed=list(e.allowed)) for e in entries]))
+        return 0
+    if not entries:
+        print("no articles" + (" match" if args.source or args.match else " yet: run `ragidx ingest PATH` first"))
+    for e in entries:  # ids, titles and sources come from the KB's files: escaped
+        readers = f"  readers: {printable(', '.join(e.allowed))}" if e.allowed else ""
+        pending = "" if e.state == "indexed" else f"  ({printable(e.state)})"
+        print(f"{printable(e.kb_id)}  {printable(e.title)}  [{printable(e.source)}]{readers}{pending}")
+    if len(entries) == args.limit:
+        print(f"… more: --offset {args.offset + args.limit}", file=sys.stderr)
     return 0
 
 
@@ -473,12 +506,20 @@ def build_parser() -> argparse.ArgumentParser:
     _scope_arguments(p)
     p.set_defaults(func=cmd_ask)
 
-    p = sub.add_parser("delete", help="delete articles by kb_id")
+    p = sub.add_parser("delete", help="delete articles by kb_id (`ragidx list` shows them)")
     p.add_argument("kb_ids", nargs="+")
     p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser("stats", help="article and chunk counts")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("list", help="stored articles by id, title and source (the ids `delete` takes)")
+    p.add_argument("--source", help="only this source's articles (as `ingest` reports it)")
+    p.add_argument("--match", metavar="TEXT", help="only ids or titles holding TEXT (case-insensitive)")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many first (for the next page)")
+    p.add_argument("--json", action="store_true", help="one JSON list")
+    p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
         "tune",

@@ -559,3 +559,29 @@ def test_serve_with_malformed_keys_stops_before_starting_and_never_prints_a_key(
     err = capsys.readouterr().err
     assert err.startswith(f"ragidx: invalid settings:\n  {variable}") and "Traceback" not in err
     assert [secret[i : i + 6] for i in range(len(secret) - 5) if secret[i : i + 6] in err] == []
+
+
+def test_list_shows_the_ids_that_delete_takes_and_search_shows_only_a_persons_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "docs"
+    (folder / "billing").mkdir(parents=True)
+    (folder / "billing" / "refunds.md").write_text("# Refunds\n\nRefunds take five days.\n", encoding="utf-8")
+    (folder / "sso.md").write_text("# Single sign-on\n\nUse SAML with your provider.\n", encoding="utf-8")
+    data = str(tmp_path / "d")
+    assert main(["--data-dir", data, "ingest", str(folder), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", data, "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in out] == ["billing/refunds.md", "sso.md"]
+    assert main(["--data-dir", data, "list", "--match", "SIGN", "--json"]) == 0
+    (only,) = json.loads(capsys.readouterr().out)
+    assert only["kb_id"] == "sso.md" and only["title"] == "Single sign-on" and only["allowed"] == []
+    assert main(["--data-dir", data, "delete", "sso.md"]) == 0
+    capsys.readouterr()
+    assert main(["--data-dir", data, "list", "--match", "sign"]) == 0
+    assert capsys.readouterr().out == "no articles match\n"
+    # the human search output: the article's own fields, not ingestion's bookkeeping
+    assert main(["--data-dir", data, "search", "refunds"]) == 0
+    shown = capsys.readouterr().out
+    assert "folder: billing" in shown and "file_stamp" not in shown and "sections" not in shown

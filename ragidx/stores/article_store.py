@@ -45,6 +45,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -149,6 +150,20 @@ def database_url(location: str | Path) -> URL:
             "sqlite:///PATH, or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
         )
     return url
+
+
+@dataclass(frozen=True)
+class ArticleEntry:
+    """One stored article as ``ArticleStore.listing`` gives it: its id, title, url, source, ingest state, chunks,
+    and who may read it (``user:NAME`` / ``group:NAME``; empty: the public)."""
+
+    kb_id: str
+    title: str
+    url: str
+    source: str
+    state: str
+    chunks: int
+    allowed: tuple[str, ...]
 
 
 class ArticleStore:
@@ -621,6 +636,49 @@ class ArticleStore:
             return out
 
         return self._read("reading the ledger", run, _conn)
+
+    def listing(
+        self, *, source: str | None = None, like: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[ArticleEntry]:
+        """Stored articles of this tenant by id (what ``ragidx list`` prints, to find ids for ``ragidx delete``):
+        all readers', for maintenance, never for an answer.
+
+        Args:
+            source: only the articles of this source (``IngestReport.source``).
+            like: only the ids or titles holding this text (case-insensitive).
+            limit, offset: a page of the listing, in id order.
+
+        Example:
+            >>> s = ArticleStore(":memory:")
+            >>> s.save_pending([Article("a", "Alpha", "u", "text"), Article("b", "Beta", "", "x")], source="demo")
+            >>> [(e.kb_id, e.title, e.source) for e in s.listing(like="bet")]
+            [('b', 'Beta', 'demo')]
+        """
+        t, a = self.table, self.access
+        stmt = select(t.c.kb_id, t.c.title, t.c.url, t.c.source, t.c.state, t.c.chunk_count).where(self._mine())
+        if source is not None:
+            stmt = stmt.where(t.c.source == source)
+        if like:
+            pattern = "%" + like.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            stmt = stmt.where(
+                func.lower(t.c.kb_id).like(pattern, escape="\\") | func.lower(t.c.title).like(pattern, escape="\\")
+            )
+        stmt = stmt.order_by(t.c.kb_id).limit(limit).offset(offset)
+
+        def run(conn: Connection) -> list[ArticleEntry]:
+            rows = conn.execute(stmt).all()
+            readers: dict[str, list[str]] = {}
+            ids = [r[0] for r in rows]
+            for batch in _batches(ids, 500):
+                own = select(a.c.kb_id, a.c.principal).where(a.c.tenant == self._tenant_value, a.c.kb_id.in_(batch))
+                for kb_id, principal in conn.execute(own):
+                    readers.setdefault(kb_id, []).append(principal)
+            return [
+                ArticleEntry(kb_id, title, url, src, state, int(chunks), tuple(sorted(readers.get(kb_id, ()))))
+                for kb_id, title, url, src, state, chunks in rows
+            ]
+
+        return self._read("listing articles", run)
 
     def count(self, state: str | None = None) -> int:
         t = self.table
