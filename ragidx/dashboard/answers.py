@@ -25,12 +25,18 @@ __all__ = [
     "AnswerStream",
     "BudgetView",
     "article_rows",
+    "budget_sentence",
     "budget_view",
     "citation_lines",
     "default_call",
+    "exact_figures",
     "flash_reasons",
+    "plain_reason",
+    "plain_summary",
+    "queue_text",
     "safe_markdown",
     "guard_caption",
+    "stage_text",
     "token_rows",
 ]
 
@@ -88,24 +94,38 @@ def citation_lines(answer: Answer, *, served_files: bool = False) -> list[str]:
     return lines
 
 
+ARTICLE_COLUMNS = {
+    "title": "Article",
+    "score": "Relevance score",
+    "rank": "Place (0 best, 1 last)",
+    "cited": "Cited as",
+    "flash_reason": "Why the reranker kept it",
+    "flags": "Instruction-like text",
+    "kb_id": "Id",
+}
+"""The article table's columns, in words (the keys are what :func:`article_rows` computes them from)."""
+
+
 def article_rows(answer: Answer) -> list[dict[str, Any]]:
-    """One row per article the model was shown, best first, with its ranks and whether it is cited."""
+    """One row per article the model was shown, best first: its relevance score and place among the results
+    (the reranker's ``rerank_score`` and ``normalized_rank``) and whether it is cited; columns named in words."""
     cited = {c.kb_id: c.number for c in answer.citations}
+    c = ARTICLE_COLUMNS
     rows = []
     for i, article in enumerate(answer.articles, start=1):
         meta = article.get("metadata") or {}
         row: dict[str, Any] = {
             "#": i,
-            "title": printable(str(article.get("title") or article.get("kb_id", ""))),
-            "rerank_score": _float(meta.get("rerank_score")),
-            "normalized_rank": _float(meta.get("normalized_rank")),
-            "cited": f"[{cited[article.get('kb_id', '')]}]" if article.get("kb_id") in cited else "",
+            c["title"]: printable(str(article.get("title") or article.get("kb_id", ""))),
+            c["score"]: _float(meta.get("rerank_score")),
+            c["rank"]: _float(meta.get("normalized_rank")),
+            c["cited"]: f"[{cited[article.get('kb_id', '')]}]" if article.get("kb_id") in cited else "",
         }
         if meta.get(FLASH_REASON):
-            row["flash_reason"] = printable(str(meta[FLASH_REASON]))
+            row[c["flash_reason"]] = printable(str(meta[FLASH_REASON]))
         if flags_of(meta):  # instruction-like text in it, replaced in what the model read
-            row["injection_flags"] = ", ".join(flags_of(meta))
-        row["kb_id"] = printable(str(article.get("kb_id", "")))
+            row[c["flags"]] = ", ".join(flags_of(meta))
+        row[c["kb_id"]] = printable(str(article.get("kb_id", "")))
         rows.append(row)
     return rows
 
@@ -255,3 +275,165 @@ def guard_caption(answer: Answer) -> str:
     label = f"{name} ({', '.join(changes)})" if changes else name
     fired = "; ".join(f"{g['name']} ({g['reason']})" for g in answer.guards) or "none fired"
     return f"Guards: {label} · " + (f"fired: {fired}" if answer.guards else fired)
+
+
+# --- in plain words --------------------------------------------------------------------------------------------
+_FIGURES = re.compile(r"\s*\((?:log-odds|score|margin)[^)]*\)")
+
+
+def plain_reason(reason: str | None) -> str:
+    """Why an answer is "not found", for the person who asked: the reason without its figures (the answer
+    check's log-odds and margin stay in the engineering view).
+
+    Example:
+        >>> plain_reason("the model judged that the articles shown do not answer the question (log-odds -0.99 < "
+        ...              "margin +0.20)")
+        'the model judged that the articles shown do not answer the question'
+    """
+    return printable(_FIGURES.sub("", reason or "")).strip()
+
+
+def stage_text(progress: Progress) -> str:
+    """What a turn is doing, in words, from one :class:`~ragidx.agent.answer.Progress` item: searching, deciding,
+    checking the articles found. No time estimate: the page shows the time that has really passed.
+
+    Example:
+        >>> stage_text(Progress("search", query="page numbers", articles=("Page Numbers", "Footers")))
+        'Searching the knowledge base: 2 articles found for “page numbers”'
+        >>> stage_text(Progress("prompt", call="answer", tokens=3168, articles=("A", "B"), expected_s=21.0))
+        'Checking the 2 articles found against your question, then writing the answer'
+    """
+    if progress.stage == "search":
+        query = printable(progress.query)
+        if progress.error:
+            return f"Searching the knowledge base: a search for “{query}” failed"
+        return f"Searching the knowledge base: {_count(len(progress.articles), 'article')} found for “{query}”"
+    if progress.call == "answer":
+        if not progress.articles:
+            return "Writing the answer"
+        n = len(progress.articles)
+        found = "the article found" if n == 1 else f"the {n} articles found"
+        return f"Checking {found} against your question, then writing the answer"
+    if progress.call == "plan":
+        return "Planning the searches"
+    return "Deciding whether to search again"
+
+
+def queue_text(waiting: int, busy: int, slots: int) -> str | None:
+    """Where a question stands in the model queue when it is asked (``ModelQueue.stats()``), or None when the
+    model is free for it at once.
+
+    Example:
+        >>> queue_text(waiting=1, busy=1, slots=1)
+        'Waiting for the model: 2 questions are ahead of yours'
+        >>> queue_text(waiting=0, busy=0, slots=1) is None
+        True
+    """
+    if busy < slots and not waiting:
+        return None
+    ahead = waiting + busy - slots + 1
+    return f"Waiting for the model: {_count(ahead, 'question')} {'is' if ahead == 1 else 'are'} ahead of yours"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+_STEPS = {
+    "below_floor": "articles that scored far below the best one were left out",
+    "under_trigger": "everything fit as it was, nothing was shortened",
+    "memory_summarized": "earlier turns of the conversation were summarised",
+    "deduplicated": "passages repeated across articles were removed",
+    "compressed": "long articles were shortened to their passages closest to the question",
+    "truncated": "an article was cut off at its end",
+    "dropped": "the lowest-ranked articles were left out to make room",
+    "history_dropped": "older turns of the conversation were left out",
+    "tool_calls_dropped": "earlier searches were left out",
+    "fallback_recommended": "it did not fit well: a model with a larger window would read more",
+    "nothing_to_compress": "there was nothing left to shorten",
+}
+
+
+def budget_sentence(report: BudgetReport) -> str:
+    """What the context budget did for one model call, as one sentence.
+
+    Example:
+        >>> budget_sentence(BudgetReport(context_window=4096, tokens_before=9740, tokens_after=3168,
+        ...                              path=["deduplicated", "compressed"]))
+        'The model read 3,168 of the 4,096 tokens its window holds (77%; 9,740 before the budget): passages \
+repeated across articles were removed, and long articles were shortened to their passages closest to the question.'
+    """
+    window = report.context_window
+    share = f"{100 * report.tokens_after / window:.0f}%" if window else "?"
+    before = f"; {report.tokens_before:,} before the budget" if report.tokens_before > report.tokens_after else ""
+    steps = [_STEPS.get(step, step.replace("_", " ")) for step in report.path]
+    said = ", and ".join([", ".join(steps[:-1]), steps[-1]] if len(steps) > 1 else steps)
+    return f"The model read {report.tokens_after:,} of the {window:,} tokens its window holds ({share}{before})" + (
+        f": {said}." if said else "."
+    )
+
+
+def plain_summary(answer: Answer) -> list[str]:
+    """How the answer was made, in sentences: what the model read and cited, what was left out, what the budget
+    did, the answer check, the checks on the reply, the model and the time. Figures that matter are in words
+    with their units; the raw ones are in :func:`exact_figures`."""
+    out = []
+    n, cited = len(answer.articles), len(answer.citations)
+    if not n:
+        out.append("The search found no article for this question.")
+    else:
+        names = "; ".join(printable(c.title or c.kb_id) for c in answer.citations)
+        what = f"cited {cited} of them ({names})" if cited else "cited none of them"
+        out.append(f"The model was shown {_count(n, 'article')} and {what}.")
+    reports = answer.budget_reports
+    if reports:
+        report = reports[default_call(reports)]
+        left_out = budget_view(report).left_out
+        if left_out:
+            out.append(
+                f"{_count(len(left_out), 'article')} scored too far below the best one to be worth reading: "
+                + "; ".join(left_out)
+                + "."
+            )
+        out.append(budget_sentence(report))
+    if answer.answer_check is not None:
+        if answer.not_found and "judged" in (answer.not_found_reason or ""):
+            out.append("Before writing, the model judged that these articles do not answer the question.")
+        else:
+            out.append("Before writing, the model checked that these articles answer the question.")
+    if answer.guards:
+        out.append("Checks on the reply changed it: " + "; ".join(printable(g["reason"]) for g in answer.guards) + ".")
+    elif answer.guard_profile:
+        out.append("No check on the reply had to change it.")
+    if answer.fallback_reason:
+        out.append(f"The configured model could not take it; {printable(answer.model)} answered instead.")
+    elif answer.model:
+        out.append(f"Written by {printable(answer.model)}.")
+    t = answer.timings
+    if t.get("total") is not None:
+        parts = [f"{t['retrieval']:.1f} s searching" if t.get("retrieval") is not None else ""]
+        parts.append(f"{t['llm']:.1f} s with the model" if t.get("llm") is not None else "")
+        detail = " and ".join(p for p in parts if p)
+        waited = t.get("queue_wait") or 0.0
+        queue = f", after {waited:.1f} s waiting for its turn" if waited >= 0.5 else ""
+        out.append(f"It took {t['total']:.1f} s{f' ({detail})' if detail else ''}{queue}.")
+    return out
+
+
+def exact_figures(answer: Answer) -> list[tuple[str, str]]:
+    """The raw figures behind :func:`plain_summary`, as ``(name, value)`` rows for the engineering view."""
+    rows = [("Model", printable(answer.model) or "?"), ("Citations by", answer.citation_method)]
+    if answer.answer_check is not None:
+        rows.append(("Answer check (log-odds of YES over NO)", f"{answer.answer_check:+.2f}"))
+    if answer.not_found_reason:
+        rows.append(("Not found because", printable(answer.not_found_reason)))
+    if answer.fallback_reason:
+        rows.append(("Fallback because", printable(answer.fallback_reason)))
+    guards = guard_caption(answer)
+    if guards:
+        rows.append(("Guards", guards.removeprefix("Guards: ")))
+    rows.append(("Searches", printable("; ".join(answer.queries)) or "—"))
+    for report_no, report in enumerate(answer.budget_reports, start=1):
+        rows.append((f"Budget steps, call {report_no}", " → ".join(report.path) or "—"))
+    rows += [(f"Time: {k} (s)", f"{v:.2f}") for k, v in answer.timings.items()]
+    return rows

@@ -1,27 +1,29 @@
-"""The dashboard's Streamlit layer: the sidebar settings and the chat, ingest and evaluation pages.
+"""The dashboard's Streamlit layer: the chat for the people who ask, and the tuning, ingest and evaluation pages.
 
 Only layout lives here; what is shown is computed in :mod:`ragidx.dashboard.answers`,
-:mod:`~ragidx.dashboard.charts`, :mod:`~ragidx.dashboard.uploads` and
-:mod:`~ragidx.dashboard.evaluation`. The base engine is built once per process with
-``st.cache_resource`` (and closed when the cache releases it); every sidebar configuration gets a
-derived engine that shares its models, stores and local model servers.
+:mod:`~ragidx.dashboard.charts`, :mod:`~ragidx.dashboard.examples`, :mod:`~ragidx.dashboard.feedback`,
+:mod:`~ragidx.dashboard.uploads` and :mod:`~ragidx.dashboard.evaluation`. The base engine is built once per
+process with ``st.cache_resource`` (and closed when the cache releases it); every configuration chosen on the
+Tuning page gets a derived engine that shares its models, stores and local model servers. The Tuning page's
+choices last for the browser session (``persist_state="session"``), so the chat uses them on every page.
 
 Example:
     In ``streamlit_app.py``::
 
-        views.sidebar()      # settings; stores the engine for this run
-        page.run()           # a page script calls views.chat_page(views.current_engine())
+        views.select_engine()  # the configured settings and the Tuning page's choices; stores the engine
+        page.run()             # a page script calls views.chat_page(views.current_engine())
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 
-from ragidx.agent.answer import Answer
+from ragidx.agent.answer import Answer, Progress
 from ragidx.config import Settings
 from ragidx.dashboard.answers import (
     AnswerStream,
@@ -29,9 +31,13 @@ from ragidx.dashboard.answers import (
     budget_view,
     citation_lines,
     default_call,
+    exact_figures,
     flash_reasons,
-    guard_caption,
+    plain_reason,
+    plain_summary,
+    queue_text,
     safe_markdown,
+    stage_text,
     token_rows,
 )
 from ragidx.dashboard.charts import LATENCY_METRICS, QUALITY_METRICS, stages_chart, tokens_chart, window_gauge
@@ -44,7 +50,9 @@ from ragidx.dashboard.evaluation import (
     stage_rows,
     stage_table,
 )
-from ragidx.dashboard.uploads import ACCEPTED_SUFFIXES, UploadResult, ingest_upload
+from ragidx.dashboard.examples import example_question, example_titles
+from ragidx.dashboard.feedback import FeedbackLog, Rating
+from ragidx.dashboard.uploads import ACCEPTED_SUFFIXES, UploadResult, ingest_upload, uploads_enabled
 from ragidx.safe_text import printable
 
 logger = logging.getLogger(__name__)
@@ -52,14 +60,20 @@ logger = logging.getLogger(__name__)
 ENGINE_KEY = "ragidx_engine"
 CHAT_KEY = "ragidx_chat"
 SESSION_KEY = "ragidx_session_id"
+EXAMPLE_KEY = "ragidx_example_question"
 INGEST_KEY = "ragidx_ingest_results"
 EVAL_KEY = "ragidx_eval_result"
 ANSWERS_KEY = "ragidx_answer_eval"
+SETTINGS_ERROR_KEY = "ragidx_settings_error"
+FILTERS_ERROR_KEY = "ragidx_filters_error"
 
 LOCAL_MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 WINDOWS = (2048, 4096, 8192, 16384, 32768, 131072)
 RERANKERS = ("offline", "none", "cross-encoder", "cohere")
 COMPRESSORS = ("extractive", "llm")
+TUNING: Literal["session"] = (
+    "session"  # the Tuning page's widgets keep their values for the browser session, on every page
+)
 
 
 # --- engines ---------------------------------------------------------------------------------------
@@ -77,7 +91,7 @@ def base_engine(spec: str, settings: Settings) -> Any:
 
 @st.cache_resource(show_spinner=False, max_entries=8, hash_funcs={Settings: settings_key})
 def derived_engine(spec: str, base_settings: Settings, settings: Settings) -> Any:
-    """An engine for the sidebar's settings sharing the base engine's parts (never closed itself)."""
+    """An engine for the Tuning page's settings sharing the base engine's parts (never closed itself)."""
     return derive_engine(base_engine(spec, base_settings), settings)
 
 
@@ -87,177 +101,310 @@ def shared_engine() -> Any:
 
 
 def current_engine() -> Any:
-    """The engine the sidebar chose in this run (the base engine if the sidebar did not run)."""
+    """The engine :func:`select_engine` chose in this run (the base engine if it did not run)."""
     engine = st.session_state.get(ENGINE_KEY)
     return engine if engine is not None else base_engine(factory_spec(), Settings())
 
 
-# --- sidebar ---------------------------------------------------------------------------------------
-def _window_label(tokens: int) -> str:
-    return f"{tokens // 1024}K ({tokens} tokens)" if tokens % 1024 == 0 else f"{tokens} tokens"
+# --- the engine for this run: configured settings and the Tuning page's choices ----------------------------
+_TUNED: dict[str, tuple[str, Any]] = {
+    "set_model": ("llm.model", str),
+    "set_window": ("llm.context_window", int),
+    "set_max_out": ("llm.max_output_tokens", int),
+    "set_trigger": ("budget_trigger_pct", lambda v: v / 100),
+    "set_target": ("budget_target_pct", lambda v: v / 100),
+    "set_min": ("budget_min_article_tokens", int),
+    "set_floor": ("budget_relevance_floor", lambda v: v / 100),
+    "set_compressor": ("compressor", str),
+    "set_reranker": ("reranker", str),
+    "set_top_k": ("top_k", int),
+}
+"""Tuning page widget key → the setting it changes and how its value converts."""
+FILTERS_KEY = "search_filters"
+"""Session-state key of the parsed search filters (``MetadataFilters`` or None)."""
 
 
-def sidebar() -> Any:
-    """Settings to try live (model, window, budgets, reranker); returns and stores the engine for them."""
+def _tuning_overrides() -> dict[str, Any]:
+    """The settings the Tuning page's widgets changed in this session (none before it was opened)."""
+    overrides: dict[str, Any] = {}
+    for key, (name, convert) in _TUNED.items():
+        if key in st.session_state:
+            section, _, field = name.rpartition(".")
+            target = overrides.setdefault(section, {}) if section else overrides
+            target[field] = convert(st.session_state[key])
+    return overrides
+
+
+def select_engine() -> Any:
+    """The engine for this run (configured settings with the Tuning page's choices) and the sidebar's summary
+    of it; stored for the page scripts (:func:`current_engine`)."""
     try:
         base_settings = Settings()
     except Exception as exc:  # a broken ragidx.toml or RAGIDX_* variable: say so instead of a traceback
         st.error(f"ragidx settings could not be read: {exc}")
         st.stop()
     spec = factory_spec()
-    s = base_settings
-    bar = st.sidebar
-    bar.header("Settings")
-    models = list(dict.fromkeys([s.llm.model, *LOCAL_MODELS]))
-    model = bar.selectbox("Model", models, key="set_model", help="Local packaged models run on this machine.")
-    where = s.llm.api_base if s.llm.api_base and model == s.llm.model else "local (llama.cpp server on loopback)"
-    bar.caption(f"Endpoint: {where}")
-    windows = sorted({*WINDOWS, s.llm.context_window})
-    window = bar.selectbox(
-        "Context window",
-        windows,
-        index=windows.index(s.llm.context_window),
-        format_func=_window_label,
-        key="set_window",
-        help="Pick 4K to watch the budget compress and drop articles.",
-    )
-    max_out = bar.number_input(
-        "Reserved output tokens", min_value=16, max_value=8192, value=s.llm.max_output_tokens, key="set_max_out"
-    )
-    trigger = bar.slider("Budget trigger (% of window)", 10, 100, round(s.budget_trigger_pct * 100), key="set_trigger")
-    target = bar.slider("Budget target (% of window)", 10, 100, round(s.budget_target_pct * 100), key="set_target")
-    min_tokens = bar.number_input(
-        "Minimum tokens per article", min_value=16, max_value=8192, value=s.budget_min_article_tokens, key="set_min"
-    )
-    floor = bar.slider(
-        "Relevance floor (% of the best article's score)",
-        0,
-        90,
-        round(s.budget_relevance_floor * 100),
-        key="set_floor",
-        help="Articles scored under this share of the best one are left out of the prompt, even when they fit.",
-    )
-    compressor = bar.radio(
-        "Compressor", COMPRESSORS, index=COMPRESSORS.index(s.compressor), horizontal=True, key="set_compressor"
-    )
-    reranker = bar.selectbox("Reranker", RERANKERS, index=RERANKERS.index(s.reranker), key="set_reranker")
-    top_k = bar.number_input("Articles per search (top_k)", min_value=1, max_value=50, value=s.top_k, key="set_top_k")
-    overrides: dict[str, Any] = {
-        "llm": {"model": model, "context_window": int(window), "max_output_tokens": int(max_out)},
-        "budget_trigger_pct": trigger / 100,
-        "budget_target_pct": target / 100,
-        "budget_min_article_tokens": int(min_tokens),
-        "budget_relevance_floor": floor / 100,
-        "compressor": compressor,
-        "reranker": reranker,
-        "top_k": int(top_k),
-    }
-    try:
-        settings = apply_overrides(base_settings, overrides)
-    except ValueError as exc:
-        bar.error(f"{exc}. Using the configured settings until this is fixed.")
-        settings = base_settings
+    settings = base_settings
+    st.session_state[SETTINGS_ERROR_KEY] = None
+    overrides = _tuning_overrides()
+    if overrides:
+        try:
+            settings = apply_overrides(base_settings, overrides)
+        except ValueError as exc:
+            st.session_state[SETTINGS_ERROR_KEY] = f"{exc}. Using the configured settings until this is fixed."
     try:
         engine = derived_engine(spec, base_settings, settings)
     except Exception as exc:
         st.error(f"The engine could not be built: {type(exc).__name__}: {exc}")
         st.stop()
     st.session_state[ENGINE_KEY] = engine
-    _filter_input(bar)
-    _kb_stats(engine)
+    _filters()
+    _sidebar(engine, tuned=settings != base_settings)
     return engine
 
 
-FILTERS_KEY = "search_filters"
-"""Session-state key of the parsed sidebar filters (``MetadataFilters`` or None)."""
-
-
-def _filter_input(bar: Any) -> None:
-    """Metadata filters for every search of the chat, as ``ragidx search --filter`` writes them. The dashboard
-    asks as the public (articles that carry no principals): it has no sign-in to tell who is asking."""
+def _filters() -> None:
+    """Metadata filters for every search of the chat, from the Tuning page (as ``ragidx search --filter``)."""
     from ragidx.stores.filters import parse_filters
 
-    text = bar.text_area(
-        "Filters (one per line)",
-        key="set_filters",
-        placeholder="product=writer\nversion>=7.4\nsource in docs,faq",
-        help="Only articles whose metadata matches every line: key=value, key!=value, key>=value (also >, <, <=), "
-        "key in a,b, key not in a,b. Applied inside the search, before its top-k.",
-    )
+    text = st.session_state.get("set_filters") or ""
+    st.session_state[FILTERS_ERROR_KEY] = None
     try:
-        st.session_state[FILTERS_KEY] = parse_filters(line for line in (text or "").splitlines() if line.strip())
+        st.session_state[FILTERS_KEY] = parse_filters(line for line in text.splitlines() if line.strip())
     except ValueError as exc:
-        bar.error(f"{exc}. Searching without filters until this is fixed.")
+        st.session_state[FILTERS_ERROR_KEY] = f"{exc}. Searching without filters until this is fixed."
         st.session_state[FILTERS_KEY] = None
-    bar.caption("Asking as: the public (articles without principals)")
 
 
-def _kb_stats(engine: Any) -> None:
+def _sidebar(engine: Any, *, tuned: bool) -> None:
+    bar = st.sidebar
     try:
         stats = engine.stats()
     except Exception as exc:
-        st.sidebar.warning(f"Knowledge base unavailable: {exc}")
+        bar.warning(f"Knowledge base unavailable: {exc}")
         return
-    st.sidebar.caption(f"Knowledge base: {stats['articles']} articles, {stats['chunks']} chunks ({stats['store']})")
+    bar.caption(f"Knowledge base: {stats['articles']} articles, {stats['chunks']} chunks ({stats['store']})")
     if not stats["articles"]:
-        st.sidebar.info("The knowledge base is empty: add files on the Ingest page.")
+        bar.info("The knowledge base is empty: add files on the Ingest page.")
+    # The dashboard has no sign-in to tell who is asking: it asks as the public (articles that carry no principals).
+    bar.caption("Asking as: the public (articles open to everyone)")
+    if tuned:
+        bar.caption("Answers use the settings changed on the Tuning page (for this browser session).")
+    if st.session_state.get(FILTERS_KEY) is not None:
+        bar.caption("Searches are filtered (Tuning page).")
+
+
+# --- tuning ----------------------------------------------------------------------------------------
+def _window_label(tokens: int) -> str:
+    return f"{tokens // 1024}K ({tokens} tokens)" if tokens % 1024 == 0 else f"{tokens} tokens"
+
+
+def _initial(key: str, **value: Any) -> dict[str, Any]:
+    """The widget's starting value, only the first time (later its kept value stands; giving both warns)."""
+    return {} if key in st.session_state else value
+
+
+def tuning_page(engine: Any) -> None:
+    """Settings to try live (model, window, budgets, reranker, filters) for this browser session's chat."""
+    st.title("Tuning")
+    st.markdown(
+        "Try settings live: the chat of this browser session answers with them at once, on every page, and the "
+        "engine is built once per choice. The configured settings (`ragidx.toml`, `RAGIDX_*` variables) and other "
+        "sessions are unchanged."
+    )
+    s = Settings()
+    left, right = st.columns(2)
+    models = list(dict.fromkeys([s.llm.model, *LOCAL_MODELS]))
+    model = left.selectbox(
+        "Model",
+        models,
+        key="set_model",
+        persist_state=TUNING,
+        help="Local packaged models run on this machine.",
+    )
+    where = s.llm.api_base if s.llm.api_base and model == s.llm.model else "local (llama.cpp server on loopback)"
+    left.caption(f"Endpoint: {where}")
+    windows = sorted({*WINDOWS, s.llm.context_window})
+    left.selectbox(
+        "Context window",
+        windows,
+        format_func=_window_label,
+        key="set_window",
+        persist_state=TUNING,
+        help="Pick 4K to watch the budget compress and drop articles.",
+        **_initial("set_window", index=windows.index(s.llm.context_window)),
+    )
+    left.number_input(
+        "Reserved output tokens",
+        min_value=16,
+        max_value=8192,
+        key="set_max_out",
+        persist_state=TUNING,
+        **_initial("set_max_out", value=s.llm.max_output_tokens),
+    )
+    left.radio(
+        "Compressor",
+        COMPRESSORS,
+        horizontal=True,
+        key="set_compressor",
+        persist_state=TUNING,
+        **_initial("set_compressor", index=COMPRESSORS.index(s.compressor)),
+    )
+    left.selectbox(
+        "Reranker",
+        RERANKERS,
+        key="set_reranker",
+        persist_state=TUNING,
+        **_initial("set_reranker", index=RERANKERS.index(s.reranker)),
+    )
+    left.number_input(
+        "Articles per search (top_k)",
+        min_value=1,
+        max_value=50,
+        key="set_top_k",
+        persist_state=TUNING,
+        **_initial("set_top_k", value=s.top_k),
+    )
+    right.slider(
+        "Budget trigger (% of window)",
+        10,
+        100,
+        key="set_trigger",
+        persist_state=TUNING,
+        **_initial("set_trigger", value=round(s.budget_trigger_pct * 100)),
+    )
+    right.slider(
+        "Budget target (% of window)",
+        10,
+        100,
+        key="set_target",
+        persist_state=TUNING,
+        **_initial("set_target", value=round(s.budget_target_pct * 100)),
+    )
+    right.number_input(
+        "Minimum tokens per article",
+        min_value=16,
+        max_value=8192,
+        key="set_min",
+        persist_state=TUNING,
+        **_initial("set_min", value=s.budget_min_article_tokens),
+    )
+    right.slider(
+        "Relevance floor (% of the best article's score)",
+        0,
+        90,
+        key="set_floor",
+        persist_state=TUNING,
+        help="Articles scored under this share of the best one are left out of the prompt, even when they fit.",
+        **_initial("set_floor", value=round(s.budget_relevance_floor * 100)),
+    )
+    right.text_area(
+        "Filters (one per line)",
+        key="set_filters",
+        persist_state=TUNING,
+        placeholder="product=writer\nproduct in calc,impress",
+        help="Only articles whose metadata matches every line: key=value, key!=value, key>=value (also >, <, <=), "
+        "key in a,b, key not in a,b. Applied inside the search, before its top-k.",
+    )
+    problem = st.session_state.get(SETTINGS_ERROR_KEY)
+    if problem:
+        st.error(problem)
+    problem = st.session_state.get(FILTERS_ERROR_KEY)
+    if problem:
+        st.error(problem)
+    if st.button("Back to the configured settings", key="reset_tuning"):
+        for key in (*_TUNED, "set_filters"):
+            st.session_state.pop(key, None)
+        st.rerun()
 
 
 # --- chat ------------------------------------------------------------------------------------------
 def chat_page(engine: Any) -> None:
-    """Ask questions; every answer shows its citations, articles, budget and fallbacks."""
-    st.title("Chat with the knowledge base")
+    """Ask questions: each answer with its sources and a thumbs up or down; how it was made is one click away."""
+    st.title("Ask the knowledge base")
     history: list[dict[str, Any]] = st.session_state.setdefault(CHAT_KEY, [])
     session_id: str = st.session_state.setdefault(SESSION_KEY, uuid.uuid4().hex)
     if history and st.button("New conversation", key="new_conversation"):
         history.clear()
         st.session_state[SESSION_KEY] = uuid.uuid4().hex
         st.rerun()
-    for i, turn in enumerate(history):
+    for turn in history:
         with st.chat_message(turn["role"]):
-            _render_turn(turn, i, latest=i == len(history) - 1)
-    question = st.chat_input("Ask a question about the knowledge base", key="question")
+            _render_turn(turn, engine, session_id)
+    typed = st.chat_input("Ask a question about the knowledge base", key="question")
+    question = typed or st.session_state.pop(EXAMPLE_KEY, None)
     if not question:
+        if not history:
+            _examples(engine)
         return
     history.append({"role": "user", "text": question})
     with st.chat_message("user"):
         st.markdown(safe_markdown(question))
     with st.chat_message("assistant"):
-        turn = _ask(engine, question, session_id)
-        history.append(turn)
-        _render_turn(turn, len(history) - 1, latest=True, streamed=True)
+        history.append(_ask(engine, question, session_id))
+    st.rerun()  # drawn from the history, where it stays: its expander and thumbs keep their state on later runs
+
+
+def _examples(engine: Any) -> None:
+    """An empty chat: a few article titles of the knowledge base, each a button that asks about it."""
+    try:
+        titles = example_titles(engine.article_store)
+    except Exception as exc:  # an unavailable store: the sidebar says so already
+        logger.info("no example questions: %s", exc)
+        return
+    if not titles:
+        return
+    st.markdown("**Try asking about:**")
+    for i, title in enumerate(titles):
+        st.button(
+            title,
+            key=f"example_{i}",
+            on_click=st.session_state.__setitem__,
+            args=(EXAMPLE_KEY, example_question(title)),
+            help=f"Asks: {example_question(title)}",
+        )
 
 
 def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
+    """Ask and stream the answer; meanwhile say truthfully where the question is: waiting for the model (its
+    place in the queue when asked), then the stage the engine reports, with the time really spent."""
+    stage = st.empty()
+    queue = getattr(engine, "model_queue", None)
+    stats = queue.stats() if queue is not None else None
+    waiting = queue_text(stats.waiting, stats.busy, stats.slots) if stats is not None else None
+    stage.caption(waiting or "Starting…")
     placeholder = st.empty()
     text = ""
 
-    def show(progress: Any) -> None:  # what the turn does, until the answer's first words replace it
+    def show(progress: Progress) -> None:  # the stage, until the answer's first words replace it
         if not text:
-            placeholder.caption(f"· {progress.describe()}")
+            stage.caption(stage_text(progress))
 
     filters = st.session_state.get(FILTERS_KEY)
     stream = AnswerStream(
         engine.stream_ask(question, session_id=session_id, progress=True, filters=filters),
         on_progress=show,
-        shown=engine.stream_filter(),
     )
     try:
-        with st.spinner("Searching and answering…"):
+        with st.spinner("Working on your question…", show_time=True):
             for piece in stream.pieces():
+                if not text:
+                    stage.caption("Writing the answer")
                 text += piece
                 placeholder.markdown(safe_markdown(text) + "▌")
         answer = stream.answer
     except Exception as exc:  # show what failed (endpoint down, window too small) rather than a traceback
         logger.warning("ask failed: %s", exc)
+        stage.empty()
         placeholder.empty()
         why = printable(f"{type(exc).__name__}: {exc}", keep_newlines=True)
         return {"role": "assistant", "error": f"The engine could not answer: {why}"}
+    stage.empty()
     placeholder.empty()
-    return {"role": "assistant", "answer": answer}
+    return {"role": "assistant", "answer": answer, "id": uuid.uuid4().hex}
 
 
-def _render_turn(turn: dict[str, Any], index: int, *, latest: bool, streamed: bool = False) -> None:
+def _render_turn(turn: dict[str, Any], engine: Any, session_id: str) -> None:
     if "error" in turn:
         st.error(turn["error"])
         return
@@ -265,99 +412,127 @@ def _render_turn(turn: dict[str, Any], index: int, *, latest: bool, streamed: bo
     if answer is None:
         st.markdown(safe_markdown(turn["text"]))
         return
-    render_answer(answer, index, expanded=latest)
+    render_answer(answer, turn["id"])
+    _feedback(answer, turn["id"], session_id, engine)
 
 
-def render_answer(answer: Answer, index: int, *, expanded: bool = True) -> None:
-    """The answer text, its sources, and how it was made (articles, budget, fallbacks)."""
+def render_answer(answer: Answer, key: str) -> None:
+    """The answer text and its sources; how it was made (articles, budget, checks, timings) collapsed below."""
     st.markdown(safe_markdown(answer.text))  # the model may echo an article's links and control characters
     if answer.not_found:
-        why = f" Why: {printable(answer.not_found_reason)}." if answer.not_found_reason else ""
-        st.info(f"Not found in the knowledge base: no article is cited.{why}")
+        why = plain_reason(answer.not_found_reason)
+        st.info("The knowledge base does not answer this" + (f": {why}." if why else "."))
     lines = citation_lines(answer, served_files=True)  # streamlit_app.py serves the ingested files
-    guards = guard_caption(answer)
-    if guards:
-        st.caption(guards)
     if lines:
         st.markdown("**Sources**\n\n" + "\n".join(f"- {line}" for line in lines))
     for error in answer.tool_errors:
-        st.warning(f"Search error: {printable(error)}")
-    if answer.fallback_reason:
-        st.warning(f"Answered by the fallback model {answer.model!r}: {answer.fallback_reason}")
-    with st.expander("How this answer was made", expanded=expanded):
-        _articles_section(answer)
-        _budget_section(answer, index)
-        check = "" if answer.answer_check is None else f"answer check {answer.answer_check:+.2f} log-odds of YES · "
-        st.caption(
-            f"Model {answer.model or '?'} · citations by {answer.citation_method} · {check}"
-            f"queries: {printable('; '.join(answer.queries)) or '—'} · "
-            + " · ".join(f"{k} {v:.2f}s" for k, v in answer.timings.items())
-        )
+        st.warning(f"A search failed, so this answer may miss articles: {printable(error)}")
+    with st.expander("How this answer was made", expanded=False):
+        words, figures = st.tabs(["In plain words", "Exact figures"])
+        with words:
+            st.markdown("\n".join(f"- {_escape(line)}" for line in plain_summary(answer)))
+            reasons = flash_reasons(answer)
+            if reasons:
+                st.markdown("**Why the reranker kept them**\n\n" + "\n".join(f"- **{t}**: {r}" for t, r in reasons))
+        with figures:
+            _figures(answer, key)
 
 
-def _articles_section(answer: Answer) -> None:
-    st.subheader("Articles shown to the model")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~$])")
+
+
+def _escape(text: str) -> str:
+    """Plain text for ``st.markdown``: titles from the knowledge base make no links, emphasis or formulas."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def _figures(answer: Answer, key: str) -> None:
+    """The engineering view's exact figures: articles and their scores, the budget per call, the raw values."""
     rows = article_rows(answer)
-    if not rows:
-        st.caption("No article was retrieved.")
-        return
-    st.dataframe(rows, hide_index=True)
-    reasons = flash_reasons(answer)
-    if reasons:
-        st.markdown("**Flash reranker reasons**\n\n" + "\n".join(f"- **{t}**: {r}" for t, r in reasons))
-
-
-def _budget_section(answer: Answer, index: int) -> None:
-    st.subheader("Context budget")
-    reports = answer.budget_reports
-    if not reports:
-        st.caption("No LLM call was made (nothing relevant was found).")
-        return
-    pick = default_call(reports)
-    if len(reports) > 1:
-        pick = st.selectbox(
-            "LLM call",
-            range(len(reports)),
-            index=pick,
-            format_func=lambda i: f"call {i + 1} of {len(reports)}" + (" (answer)" if i == len(reports) - 1 else ""),
-            key=f"budget_call_{index}",
-        )
-    report = reports[pick]
-    view = budget_view(report, answer)
-    cols = st.columns(4)
-    cols[0].metric("Compressor", view.compressor)
-    cols[1].metric("Prompt tokens", f"{view.tokens_after}", delta=view.tokens_after - view.tokens_before)
-    cols[2].metric("Window used", f"{view.used_pct:.0f}%")
-    cols[3].metric("Window (tokens)", f"{view.context_window:,}")
-    st.markdown(f"**Path:** {view.path}")
-    for note in view.notes:
-        st.warning(note)
-    if view.left_out:
-        st.caption(
-            "Left out by the relevance floor (scored under the sidebar's share of the best article's score): "
-            + "; ".join(view.left_out)
-        )
-    # theme=None: Streamlit's theme hides the limit lines of the layered gauge.
-    st.altair_chart(window_gauge(report), theme=None, width="stretch")
-    rows = token_rows(report)
+    st.markdown("**Articles the model was shown**")
     if rows:
-        st.altair_chart(tokens_chart(rows), width="stretch")
-    elif "under_trigger" in report.path:
-        st.caption(
-            f"Under the trigger ({report.tokens_before} ≤ {report.trigger_tokens} tokens): every article went "
-            "in whole, nothing was compressed."
-        )
+        st.dataframe(rows, hide_index=True)
     else:
-        st.caption("This call's prompt held no article.")
+        st.caption("No article was retrieved.")
+    reports = answer.budget_reports
+    if reports:
+        pick = default_call(reports)
+        if len(reports) > 1:
+            pick = st.selectbox(
+                "Model call",
+                range(len(reports)),
+                index=pick,
+                format_func=lambda i: f"call {i + 1} of {len(reports)}" + (" (answer)" if i == pick else ""),
+                key=f"budget_call_{key}",
+            )
+        report = reports[pick]
+        view = budget_view(report, answer)
+        cols = st.columns(4)
+        cols[0].metric("Compressor", view.compressor)
+        cols[1].metric("Prompt tokens", f"{view.tokens_after:,}")
+        cols[2].metric("Before the budget", f"{view.tokens_before:,}")
+        cols[3].metric("Window (tokens)", f"{view.context_window:,}")
+        for note in view.notes:
+            st.warning(note)
+        # theme=None: Streamlit's theme hides the limit lines of the layered gauge.
+        st.altair_chart(window_gauge(report), theme=None, width="stretch")
+        token_data = token_rows(report)
+        if token_data:
+            st.altair_chart(tokens_chart(token_data), width="stretch")
+    st.table({"figure": [name for name, _ in exact_figures(answer)], "value": [v for _, v in exact_figures(answer)]})
+
+
+def _feedback(answer: Answer, turn_id: str, session_id: str, engine: Any) -> None:
+    """A thumbs up or down, appended to ``<data_dir>/feedback.jsonl`` when clicked (interim: see feedback.py)."""
+    key = f"feedback_{turn_id}"
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.caption("Was this answer right?", width="content")
+    row.feedback(
+        "thumbs",
+        key=key,
+        on_change=_record_feedback,
+        args=(key, answer, turn_id, session_id, engine.settings.data_dir),
+    )
+
+
+def _record_feedback(key: str, answer: Answer, turn_id: str, session_id: str, data_dir: Any) -> None:
+    value = st.session_state.get(key)
+    rating: Rating | None = None if value is None else ("up" if value == 1 else "down")
+    try:
+        FeedbackLog(data_dir).record(answer, rating, answer_id=turn_id, session_id=session_id)
+    except OSError as exc:
+        st.toast(f"Your rating could not be saved: {exc}")
+        return
+    if rating == "down":
+        st.toast("Thank you: this answer is marked as wrong for whoever looks after the knowledge base.")
+    elif rating == "up":
+        st.toast("Thank you: recorded.")
 
 
 # --- ingest ----------------------------------------------------------------------------------------
+UPLOADS_HELP = """Uploads are **off** on this dashboard. It has no sign-in, so an upload would let anyone who can open
+it change what the knowledge base answers.
+
+- To add files now, use the command line: `ragidx ingest FILE_OR_FOLDER`.
+- To allow uploads here, put the dashboard where only people who may change the knowledge base reach it (on
+  loopback, as it starts, or behind a sign-in proxy), then set `uploads = true` under `[dashboard]` in
+  `ragidx.toml` (or `RAGIDX_DASHBOARD__UPLOADS=true`) and restart it.
+
+Even with uploads on, an upload only adds and updates its own articles: it never replaces an article ingested
+from another source, nor one that is not open to everyone."""
+
+
 def ingest_page(engine: Any) -> None:
-    """Upload JSONL / Markdown files and ingest them with progress; bad files get a clear message."""
-    st.title("Ingest files")
+    """Upload JSONL / documents and ingest them with progress, when uploads are on; else say how to add files."""
+    st.title("Add files")
+    if not uploads_enabled(engine.settings):
+        st.info(UPLOADS_HELP)
+        return
     st.markdown(
-        'JSONL: one article per line, `{"id", "title", "url", "text"}`. Markdown/HTML: one article per file. '
-        "Re-ingesting is idempotent: unchanged articles cost nothing."
+        'JSONL: one article per line, `{"id", "title", "url", "text"}`. Documents (PDF, Word, HTML, Markdown, '
+        "text): one article per file. Re-ingesting is idempotent: unchanged articles cost nothing. Each upload "
+        "adds and updates its own articles only: a line whose id is already used by another source, or by an "
+        "article not open to everyone, is skipped."
     )
     files = st.file_uploader(f"Files ({', '.join(ACCEPTED_SUFFIXES)})", accept_multiple_files=True, key="uploads")
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):

@@ -108,7 +108,7 @@ def test_rows_and_reasons_show_titles_and_ids_escaped() -> None:
         articles=[_article("k\x00", "T\u202eitle", 0.9, 0.0, flash_reason="why\x1b")],
     )
     row = article_rows(answer)[0]
-    assert (row["title"], row["kb_id"], row["flash_reason"]) == ("T\\u202eitle", "k\\x00", "why\\x1b")
+    assert (row["Article"], row["Id"], row["Why the reranker kept it"]) == ("T\\u202eitle", "k\\x00", "why\\x1b")
     assert flash_reasons(answer) == [("T\\u202eitle", "why\\x1b")]
 
 
@@ -120,11 +120,12 @@ def test_article_rows_keep_order_ranks_citations_and_flash_reasons() -> None:
         articles=[_article("a", "A", 2.5, 0.0), _article("b", "B", 1.23456, 1.0, flash_reason="names the menu")],
     )
     rows = article_rows(answer)
-    assert [(r["#"], r["kb_id"], r["rerank_score"], r["normalized_rank"], r["cited"]) for r in rows] == [
+    assert list(rows[0]) == ["#", "Article", "Relevance score", "Place (0 best, 1 last)", "Cited as", "Id"]
+    assert [(r["#"], r["Id"], r["Relevance score"], r["Place (0 best, 1 last)"], r["Cited as"]) for r in rows] == [
         (1, "a", 2.5, 0.0, ""),
         (2, "b", 1.2346, 1.0, "[1]"),
     ]
-    assert "flash_reason" not in rows[0] and rows[1]["flash_reason"] == "names the menu"
+    assert rows[1]["Why the reranker kept it"] == "names the menu"
     assert flash_reasons(answer) == [("B", "names the menu")]
 
 
@@ -210,3 +211,86 @@ def test_guard_caption_names_the_profile_its_overrides_and_what_fired() -> None:
     )
     quiet = Answer(question="q", text="t", guard_profile={"profile": "endpoint", "enabled": [], "disabled": []})
     assert guard_caption(quiet) == "Guards: endpoint · none fired"
+
+
+def test_the_wait_says_the_stage_in_words_and_never_an_estimate() -> None:
+    from ragidx.agent.answer import Progress
+    from ragidx.dashboard.answers import stage_text
+
+    search = Progress("search", query="page\x1b numbers", articles=("Page Numbers", "Footers"))
+    assert stage_text(search) == "Searching the knowledge base: 2 articles found for “page\\x1b numbers”"
+    failed = Progress("search", query="tables", error="store down")
+    assert stage_text(failed) == "Searching the knowledge base: a search for “tables” failed"
+    answer = Progress("prompt", call="answer", tokens=1500, articles=("A",), expected_s=21.0)
+    assert answer.describe().endswith("(about 21 s)")  # the engine's estimate, which may stay while 131 s pass
+    assert stage_text(answer) == "Checking the article found against your question, then writing the answer"
+    assert stage_text(Progress("prompt", call="plan", tokens=300)) == "Planning the searches"
+    assert stage_text(Progress("prompt", call="decide", tokens=300)) == "Deciding whether to search again"
+
+
+@pytest.mark.parametrize(
+    ("waiting", "busy", "slots", "said"),
+    [
+        (0, 0, 1, None),
+        (0, 1, 2, None),
+        (0, 1, 1, "Waiting for the model: 1 question is ahead of yours"),
+        (2, 1, 1, "Waiting for the model: 3 questions are ahead of yours"),
+        (1, 2, 2, "Waiting for the model: 2 questions are ahead of yours"),
+    ],
+)
+def test_the_queue_place_is_said_when_the_model_is_busy(waiting: int, busy: int, slots: int, said: str | None) -> None:
+    from ragidx.dashboard.answers import queue_text
+
+    assert queue_text(waiting, busy, slots) == said
+
+
+def test_how_an_answer_was_made_reads_as_sentences() -> None:
+    from ragidx.dashboard.answers import budget_sentence, exact_figures, plain_reason, plain_summary
+
+    report = BudgetReport(
+        context_window=8192,
+        tokens_before=9740,
+        tokens_after=3168,
+        path=["below_floor", "compressed"],
+        articles=[
+            ArticleOutcome(kb_id="a", title="Tables", tokens_before=6000, tokens_after=2000),
+            ArticleOutcome(kb_id="b", title="Fonts", status="dropped", fallback_reason="below_relevance_floor"),
+        ],
+    )
+    answer = Answer(
+        question="q",
+        text="Use Table > Insert [1].",
+        citations=[Citation(1, "a", "Tables", "")],
+        articles=[_article("a", "Tables", 0.9, 0.0), _article("c", "Borders", 0.5, 1.0)],
+        budget_reports=[report],
+        model="qwen2.5-1.5b",
+        answer_check=1.37,
+        guard_profile={"profile": "small-model", "enabled": [], "disabled": []},
+        guards=[{"name": "source_talk", "reason": "a sentence that only said where the answer was found was dropped"}],
+        timings={"retrieval": 0.42, "llm": 11.9, "total": 12.5, "queue_wait": 3.0},
+    )
+    assert plain_summary(answer) == [
+        "The model was shown 2 articles and cited 1 of them (Tables).",
+        "1 article scored too far below the best one to be worth reading: Fonts.",
+        "The model read 3,168 of the 8,192 tokens its window holds (39%; 9,740 before the budget): articles that "
+        "scored far below the best one were left out, and long articles were shortened to their passages closest to "
+        "the question.",
+        "Before writing, the model checked that these articles answer the question.",
+        "Checks on the reply changed it: a sentence that only said where the answer was found was dropped.",
+        "Written by qwen2.5-1.5b.",
+        "It took 12.5 s (0.4 s searching and 11.9 s with the model), after 3.0 s waiting for its turn.",
+    ]
+    assert budget_sentence(
+        BudgetReport(context_window=4096, tokens_before=900, tokens_after=900, path=["under_trigger"])
+    ) == (
+        "The model read 900 of the 4,096 tokens its window holds (22%): everything fit as it was, nothing was "
+        "shortened."
+    )
+    figures = dict(exact_figures(answer))
+    assert figures["Answer check (log-odds of YES over NO)"] == "+1.37"
+    assert figures["Budget steps, call 1"] == "below_floor → compressed" and figures["Time: total (s)"] == "12.50"
+    reason = "the model judged that the articles shown do not answer the question (log-odds -0.99 < margin +0.20)"
+    assert plain_reason(reason) == "the model judged that the articles shown do not answer the question"
+    refused = Answer(question="q", text="I could not find", not_found=True, not_found_reason=reason, answer_check=-0.99)
+    assert "Before writing, the model judged that these articles do not answer the question." in plain_summary(refused)
+    assert dict(exact_figures(refused))["Not found because"] == reason

@@ -3,8 +3,10 @@
 The engine is the real one (LanceDB, article store, MiniLM embeddings, offline reranker, agent,
 context budget) over a few Writer articles; only the chat model is scripted
 (``tests.dashboard.fakes``), because the packaged Qwen model needs minutes per answer on a 2-core
-CI machine. The test picks a 4K window in the sidebar, asks a question, waits for a cited answer
-and saves a screenshot to ``artifacts/dashboard_chat.png``.
+CI machine. The dashboard runs with the committed ``.streamlit/config.toml`` (no address flag): it must listen
+on loopback only. The test sees the empty chat's example titles, picks a 4K window on the Tuning page, asks a
+question on the Chat page, waits for a cited answer whose engineering view is collapsed, opens it, rates the
+answer, and saves screenshots of each step under ``artifacts/`` (``dashboard_*.png``).
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium``) and ``pip install playwright``; it
 never downloads a browser (no ``playwright install``).
@@ -27,6 +29,7 @@ import pytest
 
 from ragidx.config import Settings
 from ragidx.dashboard.engines import FACTORY_ENV
+from ragidx.dashboard.feedback import FeedbackLog
 from tests.dashboard.conftest import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,6 +55,19 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses a socket listens on at ``port`` (from ``/proc/net/tcp`` and ``tcp6``, hex as there)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as fh:
+            for row in fh.read().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.rpartition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
@@ -81,16 +97,17 @@ def _dashboard(tmp_path: Path, data_dir: Path) -> Iterator[str]:
         "TRANSFORMERS_OFFLINE": "1",
     }
     env.pop("RAGIDX_CONFIG", None)
+    # No --server.address: the committed .streamlit/config.toml (beside the script) keeps it on loopback.
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(ROOT / "streamlit_app.py"),
-        "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(port),
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+        "--server.port", str(port), "--server.fileWatcherType", "none",
     ]  # fmt: skip
     log = (tmp_path / "streamlit.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)
+        assert _listening(port) == {"0100007F"}, _listening(port)  # 127.0.0.1 only, never every interface
         yield url
     finally:
         proc.terminate()
@@ -142,15 +159,27 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             page.goto(app_url)
             page.get_by_text("Knowledge base: 26 articles", exact=False).wait_for()
 
-            # Try a 4K window live from the sidebar, with ten articles per search.
+            # An empty chat offers titles from the knowledge base.
+            page.get_by_text("Try asking about:").wait_for()
+            examples = page.locator('[data-testid="stButton"]').filter(has_not_text="New conversation")
+            examples.nth(3).wait_for()
+            assert examples.count() == 4
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(ARTIFACTS / "dashboard_empty_chat.png"), full_page=True)
+
+            # Try a 4K window live on the Tuning page, with ten articles per search.
+            page.get_by_role("link", name="Tuning").click()
+            page.get_by_role("heading", name="Tuning").wait_for()
             page.locator('[data-testid="stSelectbox"]').filter(has_text="Context window").click()
             page.get_by_role("option", name="4K (4096 tokens)").click()
             page.wait_for_timeout(1500)  # the rerun with the new settings
             top_k = page.locator('[data-testid="stNumberInput"]').filter(has_text="top_k").locator("input")
             top_k.fill("10")
             top_k.press("Enter")
-            page.wait_for_timeout(1500)
+            page.get_by_text("settings changed on the Tuning page", exact=False).wait_for()
+            page.screenshot(path=str(ARTIFACTS / "dashboard_tuning.png"), full_page=True)
 
+            page.get_by_role("link", name="Chat").click()
             box = page.get_by_placeholder("Ask a question about the knowledge base")
             box.fill("How do I create and format a table of contents?")
             box.press("Enter")
@@ -159,22 +188,45 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             answer.get_by_text("Sources").wait_for()
             link = answer.get_by_role("link", name="Creating a Table of Contents").first
             assert link.get_attribute("href", timeout=5_000).endswith("indices_toc.html")
-            answer.locator('[data-testid="stMetric"]').filter(has_text="Compressor").wait_for()
-            answer.locator('[data-testid="stVegaLiteChart"]').nth(1).wait_for()  # gauge and tokens chart
-            page.wait_for_timeout(2000)  # let the charts finish drawing
-            text = answer.inner_text()
-            assert "[1]" in text and "Creating a Table of Contents" in text
-            assert "4,096" in text and "extractive" in text
-            path = answer.locator('[data-testid="stMarkdownContainer"]').filter(has_text="Path:").inner_text()
-            # At 4K the budget acts: it caps later searches, dedups and, if still needed, compresses.
-            assert "under_trigger" not in path and any(
-                step in path for step in ("deduplicated", "compressed", "dropped", "truncated")
-            ), path
+            how = answer.locator('[data-testid="stExpander"]')
+            said = answer.locator("li").filter(has_text="The model was shown")
+            assert not said.is_visible()  # collapsed
+            for raw in ("log-odds", "under_trigger", "rerank_score", "Path:"):
+                assert raw not in answer.inner_text(), raw
+            answer.locator('[data-testid="stFeedback"]').wait_for()  # the run is over: the thumbs are drawn
+            page.wait_for_timeout(500)
             page.screenshot(path=str(shot), full_page=True)
+
+            # One click opens how the answer was made, in plain words.
+            how.get_by_text("How this answer was made").click()
+            said.wait_for()
+            page.wait_for_timeout(1000)  # the expander's opening animation
+            text = how.inner_text()
+            assert "4,096 tokens its window holds" in text
+            # At 4K the budget acts: it caps later searches, dedups and, if still needed, compresses.
+            assert "everything fit as it was" not in text and any(
+                step in text for step in ("repeated across articles", "shortened", "left out", "cut off")
+            ), text
+            page.screenshot(path=str(ARTIFACTS / "dashboard_how_plain.png"), full_page=True)
+
+            # The exact figures are one tab further.
+            how.get_by_role("tab", name="Exact figures").click()
+            how.locator('[data-testid="stMetric"]').filter(has_text="Compressor").wait_for()
+            how.locator('[data-testid="stVegaLiteChart"]').nth(1).wait_for()  # gauge and tokens chart
+            page.wait_for_timeout(2000)  # let the charts finish drawing
+            figures = how.inner_text()
+            assert "4,096" in figures and "extractive" in figures and "Budget steps, call" in figures
+            page.screenshot(path=str(ARTIFACTS / "dashboard_how_figures.png"), full_page=True)
+
+            # A thumbs down is recorded.
+            answer.locator('[data-testid="stFeedback"] button').nth(1).click()  # up, down
+            page.get_by_text("marked as wrong", exact=False).wait_for()
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "dashboard_chat_failure.png"), full_page=True)
             raise
     assert shot.stat().st_size > 10_000
+    (rated,) = FeedbackLog(tmp_path / "data").read()
+    assert rated["rating"] == "down" and rated["question"] == "How do I create and format a table of contents?"
 
 
 @pytest.fixture
