@@ -41,7 +41,15 @@ _FIELD = re.compile(r"^\s{4}(?P<name>[a-z_][a-z0-9_]*)\s*:")
 
 def settings_reference_markdown() -> str:
     """The reference tables in Markdown: top-level settings by section, then each nested model's fields."""
-    from ragidx.config import FlashSettings, LLMEndpoint, QueueSettings, ServerKey, ServerSettings, Settings
+    from ragidx.config import (
+        DashboardSettings,
+        FlashSettings,
+        LLMEndpoint,
+        QueueSettings,
+        ServerKey,
+        ServerSettings,
+        Settings,
+    )
 
     parts: list[str] = []
     for title, names in _sections(Settings):
@@ -72,6 +80,16 @@ def settings_reference_markdown() -> str:
     parts.append("### `[[serve.keys]]`: an API key and the reader it reads as (`ServerKey`)\n")
     parts.append(_paragraph(ServerKey) + "The whole list can also come from `RAGIDX_SERVE__KEYS` as JSON.\n")
     parts.append(_table(ServerKey, list(ServerKey.model_fields), env_prefix=None, toml_table="serve.keys"))
+    parts.append("### `[dashboard]`: the Streamlit dashboard (`DashboardSettings`)\n")
+    parts.append(_paragraph(DashboardSettings))
+    parts.append(
+        _table(
+            DashboardSettings,
+            list(DashboardSettings.model_fields),
+            env_prefix="RAGIDX_DASHBOARD__",
+            toml_table="dashboard",
+        )
+    )
     return "\n".join(parts)
 
 
