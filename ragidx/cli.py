@@ -22,6 +22,7 @@ Settings that cannot be used (an unknown variable or key, a value that does not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -432,7 +433,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
         settings = settings.model_copy(update={"serve": settings.serve.model_copy(update=overrides)})
-    serve(settings, log_level="info" if args.verbose else "warning")
+    # Ctrl-C is the way a server ends (uvicorn raises it again once it has stopped): no "interrupted" message.
+    # Its start and stop lines and one JSON line per request: ragidx.server.runner (serve.log_format)
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(settings, log_level="info" if args.verbose else "warning")
     return 0
 
 

@@ -253,6 +253,16 @@ def create_app(engine: Engine) -> FastAPI:
         except _TooLarge:
             metrics.errors.labels("too_large").inc()
             return _too_large(settings.max_request_bytes)
+        except _TooSlow:
+            metrics.errors.labels("timeout").inc()
+            return JSONResponse(
+                error_body(f"the request body was not sent within {settings.request_timeout_s:g} s "
+                           "(serve.request_timeout_s)", kind="invalid_request_error", code="request_timeout"),
+                status_code=408, headers={"Connection": "close"},
+            )  # fmt: skip
+        except ClientDisconnect:  # nobody reads this; the access log records a 499, as for an answer abandoned
+            return JSONResponse(error_body("the client hung up while sending", kind="invalid_request_error"),
+                                status_code=499)  # fmt: skip
         except RequestError as exc:
             return bad_request(exc)
 

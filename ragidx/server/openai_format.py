@@ -126,10 +126,11 @@ def read_filters(value: Any) -> MetadataFilters | None:
     None or an empty object or list: no filter.
 
     Raises:
-        RequestError: neither shape, a field name that is not one, a value that is not text, a number or
-            true/false (or a non-empty list of them), a condition that does not parse, or more than
-            ``MAX_FILTER_CONDITIONS`` conditions. Unknown fields and values of the wrong type are the engine's
-            to refuse (:meth:`ragidx.engine.Engine.check_filters`).
+        RequestError: neither shape, a field name that is not one, a field the stores keep for themselves
+            (:data:`~ragidx.stores.filters.INTERNAL_FIELDS`), a value that is not text, a number or true/false (or
+            a non-empty list of them), a number outside int64 or not finite, text with a lone surrogate, a
+            condition that does not parse, or more than ``MAX_FILTER_CONDITIONS`` conditions. Unknown fields and
+            values of the wrong type are the engine's to refuse (:meth:`ragidx.engine.Engine.check_filters`).
     """
     if value is None:
         return None

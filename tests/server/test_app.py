@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -286,3 +286,36 @@ def test_a_client_that_hangs_up_while_waiting_leaves_the_queue(engine: Engine, s
         assert waiting.model_queue.stats().busy == 0
         assert httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False}, timeout=30).status_code == 200
     waiting.close()
+
+
+def test_one_key_filling_the_queue_does_not_turn_another_key_away(engine: Engine) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ragidx.config import ServerKey
+
+    keys = [ServerKey(key="k-ann", user="ann"), ServerKey(key="k-bob", user="bob")]
+    fair = sibling(engine, serve=ServerSettings(keys=keys), queue=QueueSettings(max_waiting=4))
+    body = {"messages": [{"role": "user", "content": QUESTION}]}
+
+    def ask(key: str) -> httpx.Response:
+        return httpx.post(f"{url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"},
+                          timeout=60)  # fmt: skip
+
+    def until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    with running(create_app(fair)) as url, ThreadPoolExecutor(max_workers=8) as pool:
+        queue = fair.model_queue
+        with queue.slot("someone else"):  # the model is busy
+            ann = [pool.submit(ask, "k-ann") for _ in range(6)]  # 4 wait, 2 are refused at once
+            until(lambda: queue.stats().waiting == 4 and queue.stats().refused == 2)
+            bob = pool.submit(ask, "k-bob")  # a place for bob: ann's newest question makes room
+            until(lambda: queue.stats().readers_waiting == 2)
+            assert queue.stats().waiting == 4 and queue.stats().refused == 3
+        statuses = sorted(f.result().status_code for f in ann)
+        assert bob.result().status_code == 200 and statuses == [200, 200, 200, 429, 429, 429]
+        refused = next(f.result() for f in ann if f.result().status_code == 429)
+        assert int(refused.headers["retry-after"]) >= 1 and "busy" in refused.json()["error"]["message"]
+    fair.close()

@@ -125,14 +125,21 @@ def test_an_unexpected_failure_is_a_500_with_an_error_id_and_the_details_only_in
 
 # --- property: nothing a client sends makes a 5xx or shows the insides ----------------------------------------
 FIELDS = ["product", "version", "score", "kb_id", "title", "chunk_no", "tenant", "allowed", "nope", "id"]
-text = st.text(st.characters(codec=None), max_size=12)  # any code point, lone surrogates included
-number = st.one_of(st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+text = st.one_of(
+    st.text(st.characters(codec=None), max_size=12),  # any code point, lone surrogates included
+    st.sampled_from(["\ud800", "print \udfff", "writer", "print labels", "", "x'; --"]),
+)
+huge = st.sampled_from([2**63, -(2**63) - 1, 10**400, 2**63 - 1])
+number = st.one_of(st.integers(), huge, st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+number_text = st.one_of(
+    st.integers().map(str), st.floats().map(repr), huge.map(str), st.sampled_from(["1e308", "-1e308", "1e400"])
+)
 scalar = st.one_of(text, number, st.none())
 json_value = st.recursive(scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
                           max_leaves=8)  # fmt: skip
 operators = st.sampled_from(["=", "!=", ">=", "<=", ">", "<", " in ", " not in ", " ~ "])
 condition = st.builds(lambda f, op, v: f"{f}{op}{v}", st.sampled_from(FIELDS) | text, operators,
-                      st.one_of(text, st.integers().map(str), st.floats().map(repr)))  # fmt: skip
+                      st.one_of(text, number_text))  # fmt: skip
 filters = st.one_of(
     st.dictionaries(st.sampled_from(FIELDS) | text, st.one_of(scalar, st.lists(scalar, max_size=3)), max_size=3),
     st.lists(st.one_of(condition, json_value), max_size=3),
@@ -157,7 +164,13 @@ chat_body = st.fixed_dictionaries(
     route=st.sampled_from(["/v1/search", "/v1/chat/completions"]),
     search=search_body,
     chat=chat_body,
-    raw=st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=40).map(lambda t: t.encode("utf-8", "replace"))),
+    raw=st.one_of(
+        st.none(),
+        st.none(),
+        st.binary(max_size=40),
+        st.text(max_size=40).map(lambda t: t.encode("utf-8", "replace")),
+        st.integers(1, 20_000).map(deep),
+    ),
 )
 def test_property_no_request_makes_a_5xx_or_shows_the_insides(
     http: TestClient, engine: Engine, route: str, search: dict[str, Any], chat: dict[str, Any], raw: bytes | None

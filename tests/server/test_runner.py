@@ -37,6 +37,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Ite
 
 @contextmanager
 def serving(engine: Engine, log: io.StringIO) -> Iterator[tuple[str, LoggedServer]]:
+    server_log = logging.getLogger("ragidx.server")
+    kept = (server_log.level, server_log.propagate)
     handler = log_to_stderr("json", stream=log)
     server = LoggedServer(uvicorn_config(create_app(engine), engine.settings.serve.model_copy(update={"port": 0})),
                           keys=2, readers=2)  # fmt: skip
@@ -51,7 +53,9 @@ def serving(engine: Engine, log: io.StringIO) -> Iterator[tuple[str, LoggedServe
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        logging.getLogger("ragidx.server").removeHandler(handler)
+        server_log.removeHandler(handler)
+        server_log.setLevel(kept[0])
+        server_log.propagate = kept[1]  # other tests' caplog reads these loggers again
 
 
 def lines(log: io.StringIO) -> list[dict[str, object]]:
@@ -121,3 +125,15 @@ def test_a_client_that_stalls_within_its_headers_is_closed(engine: Engine) -> No
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # the headers never end
             assert read_reply(sock) == b""  # closed without a word (no request began)
+
+
+def test_the_text_format_is_logfmt(engine: Engine) -> None:
+    from ragidx.server.runner import LogfmtLines
+
+    record = logging.LogRecord("ragidx.server.access", logging.INFO, __file__, 1, "POST %s", ("/v1/search",), None)
+    record.ragidx = {"event": "request", "status": 200, "reader": "user:ann, group:hr", "key": None}
+    line = LogfmtLines().format(record)
+    assert line.split(" ", 1)[1] == (
+        'level=info logger=ragidx.server.access msg="POST /v1/search" event=request status=200 '
+        'reader="user:ann, group:hr"'
+    )
