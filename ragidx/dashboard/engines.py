@@ -10,8 +10,8 @@ run the dashboard on a scripted LLM.
 
 Example:
     >>> s = apply_overrides(Settings(data_dir="/tmp/kb"), {"top_k": 3, "llm": {"context_window": 4096}})
-    >>> s.top_k, s.llm.context_window, s.llm.model
-    (3, 4096, 'qwen2.5-0.5b')
+    >>> s.top_k, s.llm.context_window, s.llm.model == Settings().llm.model
+    (3, 4096, True)
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
   (ranks from 1, ``k = 60``); scores are ignored, only positions count. Weaviate's ``rankedFusion``.
 
 Example:
-    >>> relative_score_fusion({"a": 0.9, "b": 0.5}, {"b": 12.0, "c": 3.0}, alpha=0.5)[0][0]
-    'b'
+    >>> relative_score_fusion({"a": 0.9, "b": 0.5}, {"b": 12.0, "c": 3.0}, alpha=0.4)  # b: 0.4 * 0 + 0.6 * 1
+    [('b', 0.6), ('a', 0.4), ('c', 0.0)]
     >>> reciprocal_rank_fusion({"a": 0.9, "b": 0.5}, {"b": 12.0, "c": 3.0}, alpha=0.5)[0][0]
     'b'
 """
