@@ -278,6 +278,7 @@ def guard_caption(answer: Answer) -> str:
 
 
 # --- in plain words --------------------------------------------------------------------------------------------
+ANSWER_CHECK = "answer_check"  # the gate's name (ragidx.agent.guards.gates.AnswerCheck)
 _FIGURES = re.compile(r"\s*\((?:log-odds|score|margin)[^)]*\)")
 
 
@@ -301,7 +302,7 @@ def stage_text(progress: Progress) -> str:
         >>> stage_text(Progress("search", query="page numbers", articles=("Page Numbers", "Footers")))
         'Searching the knowledge base: 2 articles found for “page numbers”'
         >>> stage_text(Progress("prompt", call="answer", tokens=3168, articles=("A", "B"), expected_s=21.0))
-        'Checking the 2 articles found against your question, then writing the answer'
+        'Checking the 2 articles found against your question, then answering'
     """
     if progress.stage == "search":
         query = printable(progress.query)
@@ -313,7 +314,7 @@ def stage_text(progress: Progress) -> str:
             return "Writing the answer"
         n = len(progress.articles)
         found = "the article found" if n == 1 else f"the {n} articles found"
-        return f"Checking {found} against your question, then writing the answer"
+        return f"Checking {found} against your question, then answering"
     if progress.call == "plan":
         return "Planning the searches"
     return "Deciding whether to search again"
@@ -341,7 +342,7 @@ def _count(n: int, noun: str) -> str:
 
 _STEPS = {
     "below_floor": "articles that scored far below the best one were left out",
-    "under_trigger": "everything fit as it was, nothing was shortened",
+    "under_trigger": "nothing had to be shortened",
     "memory_summarized": "earlier turns of the conversation were summarised",
     "deduplicated": "passages repeated across articles were removed",
     "compressed": "long articles were shortened to their passages closest to the question",
@@ -383,7 +384,10 @@ def plain_summary(answer: Answer) -> list[str]:
         out.append("The search found no article for this question.")
     else:
         names = "; ".join(printable(c.title or c.kb_id) for c in answer.citations)
-        what = f"cited {cited} of them ({names})" if cited else "cited none of them"
+        if n == 1:
+            what = f"cited it ({names})" if cited else "did not cite it"
+        else:
+            what = f"cited {cited} of them ({names})" if cited else "cited none of them"
         out.append(f"The model was shown {_count(n, 'article')} and {what}.")
     reports = answer.budget_reports
     if reports:
@@ -396,15 +400,16 @@ def plain_summary(answer: Answer) -> list[str]:
                 + "."
             )
         out.append(budget_sentence(report))
-    if answer.answer_check is not None:
-        if answer.not_found and "judged" in (answer.not_found_reason or ""):
-            out.append("Before writing, the model judged that these articles do not answer the question.")
-        else:
-            out.append("Before writing, the model checked that these articles answer the question.")
-    if answer.guards:
-        out.append("Checks on the reply changed it: " + "; ".join(printable(g["reason"]) for g in answer.guards) + ".")
+    declined = any(g["name"] == ANSWER_CHECK for g in answer.guards)
+    if declined:
+        out.append("Before writing, the model judged that these articles do not answer the question.")
+    elif answer.answer_check is not None:
+        out.append("Before writing, the model checked that these articles answer the question.")
+    fired = [plain_reason(g["reason"]) for g in answer.guards if g["name"] != ANSWER_CHECK]
+    if fired:
+        out.append("Checks changed the answer: " + "; ".join(fired) + ".")
     elif answer.guard_profile:
-        out.append("No check on the reply had to change it.")
+        out.append("No check had to change the answer.")
     if answer.fallback_reason:
         out.append(f"The configured model could not take it; {printable(answer.model)} answered instead.")
     elif answer.model:

@@ -333,9 +333,11 @@ def chat_page(engine: Any) -> None:
             _render_turn(turn, engine, session_id)
     typed = st.chat_input("Ask a question about the knowledge base", key="question")
     question = typed or st.session_state.pop(EXAMPLE_KEY, None)
+    examples = st.empty()  # one place for the examples: emptied at once when a question comes (no stale buttons)
     if not question:
         if not history:
-            _examples(engine)
+            with examples.container():
+                _examples(engine)
         return
     history.append({"role": "user", "text": question})
     with st.chat_message("user"):

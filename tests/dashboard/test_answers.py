@@ -223,7 +223,7 @@ def test_the_wait_says_the_stage_in_words_and_never_an_estimate() -> None:
     assert stage_text(failed) == "Searching the knowledge base: a search for “tables” failed"
     answer = Progress("prompt", call="answer", tokens=1500, articles=("A",), expected_s=21.0)
     assert answer.describe().endswith("(about 21 s)")  # the engine's estimate, which may stay while 131 s pass
-    assert stage_text(answer) == "Checking the article found against your question, then writing the answer"
+    assert stage_text(answer) == "Checking the article found against your question, then answering"
     assert stage_text(Progress("prompt", call="plan", tokens=300)) == "Planning the searches"
     assert stage_text(Progress("prompt", call="decide", tokens=300)) == "Deciding whether to search again"
 
@@ -276,21 +276,30 @@ def test_how_an_answer_was_made_reads_as_sentences() -> None:
         "scored far below the best one were left out, and long articles were shortened to their passages closest to "
         "the question.",
         "Before writing, the model checked that these articles answer the question.",
-        "Checks on the reply changed it: a sentence that only said where the answer was found was dropped.",
+        "Checks changed the answer: a sentence that only said where the answer was found was dropped.",
         "Written by qwen2.5-1.5b.",
         "It took 12.5 s (0.4 s searching and 11.9 s with the model), after 3.0 s waiting for its turn.",
     ]
     assert budget_sentence(
         BudgetReport(context_window=4096, tokens_before=900, tokens_after=900, path=["under_trigger"])
-    ) == (
-        "The model read 900 of the 4,096 tokens its window holds (22%): everything fit as it was, nothing was "
-        "shortened."
-    )
+    ) == ("The model read 900 of the 4,096 tokens its window holds (22%): nothing had to be shortened.")
     figures = dict(exact_figures(answer))
     assert figures["Answer check (log-odds of YES over NO)"] == "+1.37"
     assert figures["Budget steps, call 1"] == "below_floor → compressed" and figures["Time: total (s)"] == "12.50"
     reason = "the model judged that the articles shown do not answer the question (log-odds -0.99 < margin +0.20)"
     assert plain_reason(reason) == "the model judged that the articles shown do not answer the question"
-    refused = Answer(question="q", text="I could not find", not_found=True, not_found_reason=reason, answer_check=-0.99)
-    assert "Before writing, the model judged that these articles do not answer the question." in plain_summary(refused)
+    refused = Answer(
+        question="q",
+        text="I could not find",
+        articles=[_article("a", "Tables", 0.9, 0.0)],
+        not_found=True,
+        not_found_reason=reason,
+        answer_check=-0.99,
+        guards=[{"name": "answer_check", "reason": reason}],
+        guard_profile={"profile": "small-model", "enabled": [], "disabled": []},
+    )
+    said = plain_summary(refused)
+    assert said[0] == "The model was shown 1 article and did not cite it."
+    assert "Before writing, the model judged that these articles do not answer the question." in said
+    assert "No check had to change the answer." in said and not any("log-odds" in line for line in said)
     assert dict(exact_figures(refused))["Not found because"] == reason

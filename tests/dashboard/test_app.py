@@ -88,7 +88,7 @@ def test_chat_answer_shows_its_sources_and_how_it_was_made_one_click_away(kb_dir
     words, exact = how.tabs
     said = words.markdown[0].value
     assert "The model was shown 5 articles and cited 2 of them" in said and TOC in said
-    assert "everything fit as it was, nothing was shortened" in said and "Written by scripted" in said
+    assert "nothing had to be shortened" in said and "Written by scripted" in said
     assert not any(raw in line for line in shown_text(assistant) for raw in RAW)  # plain words everywhere
 
     table = exact.dataframe[0].value
