@@ -221,6 +221,12 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             # A thumbs down is recorded.
             answer.locator('[data-testid="stFeedback"] button').nth(1).click()  # up, down
             page.get_by_text("marked as wrong", exact=False).wait_for()
+
+            # Uploads are off unless configured: the Ingest page says how to add files instead.
+            page.get_by_role("link", name="Ingest").click()
+            page.get_by_text("ragidx ingest FILE_OR_FOLDER").wait_for()
+            assert not page.locator('[data-testid="stFileUploader"]').count()
+            page.screenshot(path=str(ARTIFACTS / "dashboard_ingest_off.png"), full_page=True)
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "dashboard_chat_failure.png"), full_page=True)
             raise
