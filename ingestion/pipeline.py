@@ -46,9 +46,11 @@ end with one set of chunks and one ledger row per article, and an article is emb
 Each chunk carries its article's language (``lang`` in the input, else ``default_language``, else
 detected by ``ragidx.language``): the chunk store stems its full text in that language.
 
-A document's chunks carry the section they start in (``SectionTagger``: ``section``, ``heading_path``,
-``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place), kept out of the embedded text. A
-PDF's chunks never span a page break (``PageSplitter``), so a chunk's page holds all of its text.
+A document's chunks carry the section that holds most of their text (``SectionTagger``: ``section``,
+``heading_path``, ``page`` for PDFs, ``anchor``, and ``location_url``, the link to that place) and the titles of
+every section they run through (``spanned_sections``), kept out of the embedded text; the article keeps its
+``sections`` (character offsets → title, page, anchor), by which a citation names the section of the sentence it
+cites. A PDF's chunks never span a page break (``PageSplitter``), so a chunk's page holds all of its text.
 
 Every article is read for instruction-like text (``ragidx.safety.injection.flag_article``) before it is stored:
 one that holds some carries ``injection_flags`` in its metadata, is logged, and is counted in the report
@@ -170,11 +172,14 @@ class PageSplitter(TransformComponent):
 
 
 class SectionTagger(TransformComponent):
-    """Gives each chunk of a document the section it starts in: ``section``, ``heading_path`` (``"A > B"``),
-    ``page`` (PDF),
-    ``anchor``, and ``location_url`` (the article's url to that place: ``file.pdf#page=12``,
-    ``page.html#anchor``), from the article's ``sections`` (see ``ingestion.sources``), which it drops.
-    Chunks of articles without sections (JSONL) pass unchanged."""
+    """Gives each chunk of a document its place: ``section``, ``heading_path`` (``"A > B"``), ``page`` (PDF),
+    ``anchor`` and ``location_url`` (the article's url to that place: ``file.pdf#page=12``, ``page.html#anchor``)
+    of the section that holds most of its text, and ``spanned_sections``, the title of every section its text
+    runs through, in order. A chunk begun in section A (the overlap it repeats, or A's last lines) that holds the
+    table of section B is filed under B and names both: filed by where it starts, the table's match linked to the
+    heading before it. The places come from the article's ``sections`` (see ``ingestion.sources``), which it
+    drops from the chunk (the article store keeps them: a citation finds the section of the sentence it cites,
+    ``ragidx.agent.citations``). Chunks of articles without sections (JSONL) pass unchanged."""
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
         out = []
@@ -188,14 +193,16 @@ class SectionTagger(TransformComponent):
             if kb_id and node.ref_doc_id != kb_id:  # a page of a PDF (PageSplitter): the source is its article
                 copy.relationships = {**node.relationships, NodeRelationship.SOURCE: RelatedNodeInfo(node_id=kb_id)}
             meta = {k: v for k, v in node.metadata.items() if k != SECTIONS}
-            start = getattr(node, "start_char_idx", None) or 0
             text = node.get_content()
-            start += len(text) - len(text.lstrip())  # where its first word is
-            found = [s for s in sections if s["start"] <= start]
-            section = found[-1] if found else (sections[0] if sections else {})
-            added = {k: section[k] for k in ("section", "page", "anchor") if section.get(k)}
+            start = (getattr(node, "start_char_idx", None) or 0) + len(text) - len(text.lstrip())  # its first word
+            spanned = spanned_sections(sections, start, start + len(text.strip()))
+            section = max(spanned, key=lambda s: (s[1], s[0]["start"]))[0] if spanned else {}
+            added: dict[str, Any] = {k: section[k] for k in ("section", "page", "anchor") if section.get(k)}
             if section.get("heading_path"):  # one string: chunk metadata stays flat for every vector store
                 added["heading_path"] = " > ".join(section["heading_path"])
+            titles = list(dict.fromkeys(str(s.get("section")) for s, _ in spanned if s.get("section")))
+            if titles:
+                added["spanned_sections"] = titles
             meta.update(added)
             if added.get("page") is not None or added.get("anchor"):
                 meta["location_url"] = location_url(str(meta.get("url") or ""), added.get("page"), added.get("anchor"))
@@ -209,6 +216,28 @@ class SectionTagger(TransformComponent):
             ]
             out.append(copy)
         return out
+
+
+def spanned_sections(sections: Sequence[dict[str, Any]], start: int, end: int) -> list[tuple[dict[str, Any], int]]:
+    """The sections (``{"start", ...}`` in content order) that the text ``[start, end)`` runs through, each with
+    how many of its characters lie there; the section ``start`` is in comes first (the first section when
+    ``start`` is before it).
+
+    Example:
+        >>> [(s["section"], n) for s, n in spanned_sections([{"start": 0, "section": "A"},
+        ...                                                  {"start": 10, "section": "B"}], 6, 30)]
+        [('A', 4), ('B', 20)]
+    """
+    if not sections:
+        return []
+    out: list[tuple[dict[str, Any], int]] = []
+    for i, section in enumerate(sections):
+        begin = 0 if i == 0 else int(section["start"])
+        finish = int(sections[i + 1]["start"]) if i + 1 < len(sections) else max(end, begin)
+        overlap = min(end, finish) - max(start, begin)
+        if overlap > 0 or (not out and begin <= start < finish):
+            out.append((section, max(overlap, 0)))
+    return out or [(sections[-1], 0)]
 
 
 UNREAD_SHARE = 0.2
@@ -465,7 +494,7 @@ class Ingestor:
                         meta = checked_permissions(meta)
                     except InvalidPermissions as exc:
                         report.errors.append(f"{source or 'articles'}: article {item.kb_id!r}: {exc}; skipped")
-                        logger.warning("skipped article %r of %s: %s", item.kb_id, source, exc)
+                        logger.info("skipped article %r of %s: %s", item.kb_id, source, exc)
                         unread_ids.add(item.kb_id)  # its stored copy stays as it is: never pruned for a typo
                         continue
                     if item.kb_id in articles or item.kb_id in seen_ids:
@@ -569,7 +598,7 @@ class Ingestor:
                         logger.info("%r would become readable by more people: left as stored", a.kb_id)
                         continue
                     report.widened.append(a.kb_id)
-                    logger.warning("%r is now readable by more people than before", a.kb_id)
+                    logger.info("%r is now readable by more people than before", a.kb_id)
                 if state is None:
                     report.new += 1
                     todo.append(a)

@@ -289,3 +289,43 @@ def test_indexed_ids_and_the_ledger_digest(tmp_path: Path) -> None:
     assert store.indexed_ids() == ["a", "b"] and store.indexed_ids(min_chunks=2) == ["b"]
     digest = store.ledger_digest()
     assert (digest["articles"], digest["indexed"], digest["chunks"]) == (3, 2, 4) and digest["updated_at"] > 0
+
+
+def test_articles_record_their_origin_and_a_source_is_scoped_by_it(location: str) -> None:
+    store = ArticleStore(location)
+    docs = "/kb/docs"
+    store.save_pending(
+        [Article("a.md", "A", "u", "a"), Article("sub/b.md", "B", "u", "b")],
+        "docs",
+        origins={"a.md": f"{docs}/a.md", "sub/b.md": f"{docs}/sub/b.md"},
+    )
+    store.save_pending([Article("c.md", "C", "u", "c")], "docs", origins={"c.md": "/elsewhere/docs/c.md"})
+    store.save_pending([Article("old", "O", "u", "o")], "docs")  # written before origins were recorded
+    store.save_pending([Article("pct", "P", "u", "p")], "x", origins={"pct": "/kb/dx/p.md"})
+    assert store.id_of_origin(f"{docs}/sub/b.md") == "sub/b.md" and store.id_of_origin("/kb/nope.md") is None
+    assert store.owners(["a.md", "old", "nope"]) == {"a.md": ("docs", f"{docs}/a.md"), "old": ("docs", "")}
+    assert sorted(store.ids_for_source("docs")) == ["a.md", "c.md", "old", "sub/b.md"]  # by name, as before
+    assert sorted(store.ids_for_source("docs", docs)) == ["a.md", "old", "sub/b.md"]  # another folder named docs: not
+    assert sorted(store.ids_for_source("docs", f"{docs}/sub/b.md")) == ["old", "sub/b.md"]
+    assert store.ids_for_source("x", "/kb/d%") == store.ids_for_source("x", "/kb/d_") == []  # wildcards are text
+    assert store.ids_for_source("x", "/kb/dx") == ["pct"]
+    store.close()
+
+
+def test_a_store_written_before_origins_gets_the_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite"
+    store = ArticleStore(path)
+    store.save_pending([Article("k1", "T", "u", "text")], "src")
+    store.mark_indexed({"k1": 2})
+    store.close()
+    with sqlite3.connect(path) as conn:  # as an earlier release wrote it: no origin column, no index on it
+        conn.execute("DROP INDEX articles_tenant_origin")
+        conn.execute("ALTER TABLE articles DROP COLUMN origin")
+    again = ArticleStore(path)
+    assert again.get(["k1"])["k1"].content == "text" and again.states(["k1"])["k1"][1] == INDEXED
+    assert again.owners(["k1"]) == {"k1": ("src", "")} and again.ids_for_source("src", "/any") == ["k1"]
+    again.save_pending([Article("k2", "T", "u", "two")], "src", origins={"k2": "/kb/k2.md"})
+    assert again.id_of_origin("/kb/k2.md") == "k2"
+    with sqlite3.connect(path) as conn:
+        assert "articles_tenant_origin" in {r[1] for r in conn.execute("PRAGMA index_list(articles)")}
+    again.close()

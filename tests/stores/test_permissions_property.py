@@ -42,7 +42,7 @@ TOP_K = 4
 EMBED = HashEmbedding(dim=64)
 WORDS = ["table", "print", "chart", "volume", "image", "spell", "index", "style", "macro", "export", "font"]
 USERS = ["ann", "bob", "o'hara", "zoë"]
-GROUPS = ["support", "hr", "eng", "a b"]
+GROUPS = ["support", "hr", "eng", "a-b"]  # a name has no spaces (an entry with one is refused)
 NASTY = [
     "writer",
     "calc",
