@@ -39,7 +39,7 @@ def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> No
     from ragidx.server.runner import LoggedServer, log_to_stderr, uvicorn_config
 
     readers = settings.serve.key_readers()
-    handler = log_to_stderr(settings.serve.log_format)
+    stop_logging = log_to_stderr(settings.serve.log_format)
     try:
         with Engine(settings) as engine:
             if warm_up:
@@ -52,4 +52,4 @@ def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> No
             )
             server.run()
     finally:
-        logging.getLogger("ragidx.server").removeHandler(handler)
+        stop_logging()

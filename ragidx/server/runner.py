@@ -26,7 +26,8 @@ the key; the question only with ``serve.log_questions`` (:func:`ragidx.server.ap
 Timeouts: uvicorn waits for a request's headers for ever; a client that sends part of them and stalls would hold
 its connection as long as it likes. Here a connection must deliver its first request's headers within
 ``serve.request_timeout_s`` (:class:`HeaderDeadline`), its body within the same time (the app answers 408), and
-between requests on a kept-alive connection 5 s may pass.
+between requests on a kept-alive connection 5 s may pass. On Ctrl-C, answers still running get the same time to
+finish before they are stopped. uvicorn's own warnings and errors are written in the same format.
 
 Example:
     >>> config = uvicorn_config(app, ServerSettings())        # doctest: +SKIP
@@ -39,9 +40,11 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import uvicorn
@@ -107,16 +110,26 @@ def _utc(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
 
 
-def log_to_stderr(log_format: Literal["json", "text"] = "json", stream: Any = None) -> logging.Handler:
-    """Write the ``ragidx.server`` loggers (start, stop, access lines, errors) to ``stream`` (stderr) at INFO, in
-    ``log_format``, whatever the root logger's level; returns the handler (remove it to stop)."""
+def log_to_stderr(log_format: Literal["json", "text"] = "json", stream: Any = None) -> Callable[[], None]:
+    """Write the ``ragidx.server`` loggers (start, stop, access lines, errors) at INFO and uvicorn's own (its
+    warnings and errors) to ``stream`` (stderr) in ``log_format``, whatever the root logger's level and format;
+    returns what undoes it (the loggers as they were)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonLines() if log_format == "json" else LogfmtLines())
-    server_log = logging.getLogger("ragidx.server")
-    server_log.addHandler(handler)
-    server_log.setLevel(logging.INFO)
-    server_log.propagate = False
-    return handler
+    loggers = [logging.getLogger("ragidx.server"), logging.getLogger("uvicorn")]
+    kept = [(lg, lg.level, lg.propagate) for lg in loggers]
+    loggers[0].setLevel(logging.INFO)
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.propagate = False  # not again through the root logger's handler, in its format
+
+    def undo() -> None:
+        for lg, level, propagate in kept:
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+            lg.propagate = propagate
+
+    return undo
 
 
 class HeaderDeadline(H11Protocol):
@@ -157,10 +170,11 @@ def uvicorn_config(app: Any, serve: Any, *, log_level: str = "warning") -> uvico
         port=serve.port,
         log_level=log_level,
         access_log=False,
+        log_config=None,  # uvicorn's lines through log_to_stderr's handler, not a format of uvicorn's own
         http=functools.partial(HeaderDeadline, header_timeout_s=serve.request_timeout_s),  # type: ignore[arg-type]
         timeout_keep_alive=KEEP_ALIVE_S,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        timeout_graceful_shutdown=int(serve.request_timeout_s),
+        timeout_graceful_shutdown=max(1, math.ceil(serve.request_timeout_s)),  # then answers still running stop
         lifespan="off",
     )
 

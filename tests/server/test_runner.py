@@ -37,9 +37,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, writer_kb_file: str) -> Ite
 
 @contextmanager
 def serving(engine: Engine, log: io.StringIO) -> Iterator[tuple[str, LoggedServer]]:
-    server_log = logging.getLogger("ragidx.server")
-    kept = (server_log.level, server_log.propagate)
-    handler = log_to_stderr("json", stream=log)
+    stop_logging = log_to_stderr("json", stream=log)
     server = LoggedServer(uvicorn_config(create_app(engine), engine.settings.serve.model_copy(update={"port": 0})),
                           keys=2, readers=2)  # fmt: skip
     thread = threading.Thread(target=server.run, daemon=True)
@@ -53,9 +51,7 @@ def serving(engine: Engine, log: io.StringIO) -> Iterator[tuple[str, LoggedServe
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        server_log.removeHandler(handler)
-        server_log.setLevel(kept[0])
-        server_log.propagate = kept[1]  # other tests' caplog reads these loggers again
+        stop_logging()  # other tests' caplog reads these loggers again
 
 
 def lines(log: io.StringIO) -> list[dict[str, object]]:
@@ -137,3 +133,14 @@ def test_the_text_format_is_logfmt(engine: Engine) -> None:
         'level=info logger=ragidx.server.access msg="POST /v1/search" event=request status=200 '
         'reader="user:ann, group:hr"'
     )
+
+
+def test_uvicorns_own_warnings_are_json_lines_too(engine: Engine) -> None:
+    log = io.StringIO()
+    with serving(engine, log) as (url, _):
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert read_reply(sock).startswith(b"HTTP/1.1 400")
+    warned = [line for line in lines(log) if line["logger"] == "uvicorn.error"]
+    assert warned and warned[0]["level"] == "warning" and warned[0]["msg"] == "Invalid HTTP request received."
