@@ -27,7 +27,9 @@ MATCHED_SPANS = "matched_spans"
 """Metadata key of the ``[start, end)`` character spans of the article's matched chunks in its content, best first."""
 SECTIONS = "sections"
 """Metadata key of a document's sections (``ingestion.sources``): ``[{"start", "heading_path", "section",
-"page"?, "anchor"?}]`` in content order. Ingestion reads it to place chunks; retrieval leaves it out of results."""
+"page"?, "anchor"?}]`` in content order. Ingestion reads it to place chunks; a retrieved article keeps it, for a
+citation to name the section and page of the sentence it cites; the JSON a model reads (``SearchResult.to_json``)
+leaves it out."""
 LOCATION = "location"
 """Metadata key of where in its article a result's best chunk is: ``{"section"?, "page"?, "url"}`` with ``url``
 the article's link to that place (``file.pdf#page=12``, ``page.html#anchor``)."""
@@ -183,7 +185,10 @@ def describe_location(location: dict[str, Any] | None) -> str:
 def _article_json(article: Article) -> dict[str, Any]:
     if article.metadata.get(SEE_ABOVE):
         return {"kb_id": article.kb_id, "title": article.title, "url": article.url, SEE_ABOVE: True}
-    return article.to_dict()
+    data = article.to_dict()
+    if SECTIONS in data["metadata"]:  # where each section starts: for citations, tokens for nothing in a prompt
+        data["metadata"] = {k: v for k, v in data["metadata"].items() if k != SECTIONS}
+    return data
 
 
 def _article_of(data: dict[str, Any]) -> Article:

@@ -75,6 +75,10 @@ class Citation:
     where: str = ""
     """The section or page of a document the cited passage is in (``'p. 12, Options'``); '' for a whole
     article; ``url`` then links to that place (``manual.pdf#page=12``)."""
+    section: str = ""
+    """The title of the document's section that holds the sentence the answer cites ('' for a whole article)."""
+    page: int | None = None
+    """The PDF page that holds the sentence the answer cites (None for other articles)."""
 
 
 @dataclass

@@ -1,4 +1,12 @@
-"""Which articles an answer cites: ``[n]`` markers first, shared words when the model wrote none.
+"""Which articles an answer cites: ``[n]`` markers first, shared words when the model wrote none; and where in a
+document each citation points: the section and page of the sentence that supports the statement it closes.
+
+A document (PDF, Word, HTML, Markdown) keeps its ``sections`` (character offsets → title, page, anchor): the
+cited source's sentence that shares most of the statement's words (weighted by how rare each is in the source)
+is found in its text, and its offset names the section, page and link (``manual.pdf#page=2``,
+``page.html#anchor``). Where the source's text is not the stored article's (the context budget compressed it,
+a flash excerpt, text replaced as instruction-like), or no sentence holds enough of the statement, the
+citation keeps the place of the article's best search match (``location``).
 
 Example:
     >>> sources = [{"kb_id": "a", "title": "Tables", "url": "u", "content": "Insert a table."}]
@@ -16,7 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
-from ragidx.article import LOCATION, describe_location
+from ragidx.article import LOCATION, SECTIONS, describe_location, location_url
+from ragidx.safety.injection import shown_title, shown_url
+from ragidx.sentences import split_units
 from ragidx.terms import terms
 
 MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
@@ -59,7 +69,8 @@ def resolve_citations(
     if MARKER.search(cleaned):
         cleaned = check_markers(cleaned, sources, question=question)
         cited = list(dict.fromkeys(int(m.group(1)) for m in MARKER.finditer(cleaned)))
-        return cleaned, [_citation(n, sources[n - 1]) for n in cited], "markers"
+        statements = cited_statements(cleaned)
+        return cleaned, [_citation(n, sources[n - 1], statements.get(n, [])) for n in cited], "markers"
     answer_words = content_words(cleaned)
     if not answer_words or not sources:
         return cleaned, [], "none"
@@ -71,7 +82,7 @@ def resolve_citations(
     )[:3]
     if not picked:
         return cleaned, [], "none"
-    return cleaned, [_citation(i + 1, sources[i]) for i in sorted(picked)], "overlap"
+    return cleaned, [_citation(i + 1, sources[i], [cleaned]) for i in sorted(picked)], "overlap"
 
 
 def _source_words(source: dict[str, Any]) -> set[str]:
@@ -197,19 +208,113 @@ def _by_values(statement: str, cited: list[int], texts: Sequence[str], asked: se
     return [held.index(top) + 1]
 
 
-def _citation(number: int, source: dict[str, Any]) -> Citation:
+def cited_statements(text: str) -> dict[int, list[str]]:
+    """The statements each ``[n]`` closes, by ``n``, in order: the text since the previous group of markers, and
+    the rest of the sentence when the group stands inside one (as ``check_markers`` reads them).
+
+    Example:
+        >>> cited_statements("Backups are kept 35 days [1]. Restores take an hour [2][1].")
+        {1: ['Backups are kept 35 days', 'Restores take an hour'], 2: ['Restores take an hour']}
+    """
+    out: dict[int, list[str]] = {}
+    start = 0
+    for group in _GROUP.finditer(text):
+        statement = (text[start : group.start()] + _rest_of_sentence(text, group)).strip(" \t\n.;,")
+        start = group.end()
+        for n in dict.fromkeys(int(n) for n in re.findall(r"\d+", group.group(0))):
+            out.setdefault(n, []).append(statement)
+    return out
+
+
+MIN_PASSAGE_SHARE = 0.3
+"""The least share of a statement's words (weighted by rarity in the source) a sentence of the source must hold
+to be taken as the one the statement cites."""
+
+UNPLACEABLE = ("compressed", "flash_excerpt_of_chars", "injection_flags")
+"""Metadata of a source whose text differs from the stored article's (the budget compressed or cut it, a flash
+excerpt replaced it, instruction-like text was replaced): the offsets of its ``sections`` do not hold there."""
+
+
+def supporting_offset(statements: Sequence[str], content: str) -> int | None:
+    """Where in ``content`` the sentence (or line: a table row is one) that supports ``statements`` starts: the
+    one holding the largest share of a statement's words, each weighted by how rare it is among the sentences of
+    ``content`` (the sentence the statement closes is tried alone too); None when none holds
+    ``MIN_PASSAGE_SHARE``.
+
+    Example:
+        >>> supporting_offset(["Backups are kept for 35 days."], "Backups run nightly. They are kept 35 days.")
+        21
+    """
+    units = split_units(content)
+    if not units:
+        return None
+    unit_words = [content_words(u.text) for u in units]
+    df: dict[str, int] = {}
+    for words in unit_words:
+        for w in words:
+            df[w] = df.get(w, 0) + 1
+    best: tuple[float, int] | None = None
+    for statement in statements:
+        sentences = _SENTENCE.findall(statement)
+        for claim_text in dict.fromkeys([statement, *sentences[-1:]]):
+            claim = set(terms(claim_text, extra_stop_words=ASKING | CITING))
+            weights = {w: math.log(1 + len(units) / df[w]) for w in claim if w in df}
+            total = sum(math.log(1 + len(units) / df.get(w, 1)) for w in claim) or 1.0
+            for i, words in enumerate(unit_words):
+                share = sum(weights[w] for w in claim & words if w in weights) / total
+                if share >= MIN_PASSAGE_SHARE and (best is None or share > best[0]):
+                    best = (share, units[i].start)
+    return best[1] if best is not None else None
+
+
+def passage_location(source: dict[str, Any], statements: Sequence[str]) -> dict[str, Any] | None:
+    """``{"section", "heading_path"?, "page"?, "url"}`` of the section of ``source`` that holds the sentence
+    supporting ``statements`` (see :func:`supporting_offset`), from the document's ``sections``; None for an
+    article without sections, one whose text is not the stored article's (``UNPLACEABLE``), or when no sentence
+    holds the statements."""
     meta = source.get("metadata")
-    location = meta.get(LOCATION) if isinstance(meta, dict) else None
-    location = location if isinstance(location, dict) else {}
+    if not isinstance(meta, dict) or any(meta.get(k) for k in UNPLACEABLE):
+        return None
+    sections = meta.get(SECTIONS)
+    if not isinstance(sections, list) or not sections or not statements:
+        return None
+    offset = supporting_offset(statements, str(source.get("content") or ""))
+    if offset is None:
+        return None
+    found = [s for s in sections if isinstance(s, dict) and int(s.get("start", 0)) <= offset]
+    section = found[-1] if found else sections[0]
+    page, anchor = section.get("page"), section.get("anchor") or None
+    location: dict[str, Any] = {"section": str(section.get("section") or "")}
+    if section.get("heading_path"):
+        location["heading_path"] = " > ".join(map(str, section["heading_path"]))
+    if page is not None:
+        location["page"] = int(page)
+    location["url"] = location_url(str(source.get("url", "")), location.get("page"), anchor)
+    return location
+
+
+def _citation(number: int, source: dict[str, Any], statements: Sequence[str] = ()) -> Citation:
+    """The citation of ``source`` as ``[number]``, pointing at the section and page of its sentence that supports
+    ``statements`` (the text the marker closes), else at its best search match's place."""
+    meta = source.get("metadata")
+    location = passage_location(source, statements)
+    if location is None:
+        location = meta.get(LOCATION) if isinstance(meta, dict) else None
+        location = location if isinstance(location, dict) else {}
     title = str(source.get("title", ""))
-    if location.get("section") == title:  # the document's opening section: its title says it already
-        location = {k: v for k, v in location.items() if k != "section"}
+    section = str(location.get("section") or "")
+    page = location.get("page")
+    shown = location
+    if section == title:  # the document's opening section: its title says it already
+        shown = {k: v for k, v in location.items() if k != "section"}
     return Citation(
         number=number,
         kb_id=str(source.get("kb_id", "")),
-        title=title,
-        url=str(location.get("url") or source.get("url", "")),
-        where=describe_location(location),
+        title=shown_title(title),  # a reader never sees instruction-like text under ragidx's heading
+        url=shown_url(str(location.get("url") or source.get("url", ""))),
+        where=describe_location(shown),
+        section=section,
+        page=int(page) if isinstance(page, int) else None,
     )
 
 

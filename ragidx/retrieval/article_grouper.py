@@ -13,7 +13,8 @@ first, and returned as new article nodes (``id_`` = kb_id, text = the full artic
   first (a chunk that cannot be located in the article is left out);
 - ``location`` (documents only: PDF, Word, HTML, Markdown): the best chunk's ``section``, ``heading_path``,
   ``page`` (PDF) and ``url``, a link to that place (``manual.pdf#page=12``, ``page.html#anchor``), for a
-  citation to point at. The article's ``sections`` (ingestion's bookkeeping) are left out.
+  citation to point at. The article's ``sections`` (where each section starts) stay on it, for a citation to
+  name the section of the sentence it cites; the JSON a model reads leaves them out (``ragidx.article``).
 
 Equal scores keep the order in which the articles' best chunks arrived. An optional
 ``score_threshold`` drops articles below it before ranks are assigned; scores are only comparable
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -46,7 +47,6 @@ from ragidx.article import (
     MATCHED_SPANS,
     NORMALIZED_RANK,
     RERANK_SCORE,
-    SECTIONS,
     Article,
 )
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal
@@ -288,9 +288,7 @@ class ArticleGrouper(BaseNodePostprocessor):
         out = []
         last = len(kept) - 1
         for rank, g in enumerate(kept):
-            stored = loaded[g.kb_id]
-            if SECTIONS in stored.metadata:  # ingestion's bookkeeping, not for the model's prompt
-                stored = replace(stored, metadata={k: v for k, v in stored.metadata.items() if k != SECTIONS})
+            stored = loaded[g.kb_id]  # a document's ``sections`` stay: a citation finds its sentence's section by them
             article = stored.with_metadata(
                 **({LOCATION: g.location} if g.location else {}),
                 **{

@@ -196,3 +196,72 @@ def test_a_marker_inside_a_sentence_is_checked_against_the_words_after_it() -> N
     # a marker at the start of a sentence stands for the rest of it
     text = "According to [1], every file is signed except META-INF/documentsignatures.xml."
     assert check_markers(text, SIGNING, question=SIGNING_Q) == text.replace("[1]", "[2]")
+
+
+# --- the place a citation points at: the section and page of the sentence it cites ---------------------
+MANUAL = {
+    "kb_id": "ops.pdf",
+    "title": "Operations Guide",
+    "url": "file:///kb/ops.pdf",
+    "content": (
+        "Overview\nThe service runs in three regions.\n\n"
+        "Retention\nArchives move to cold storage. Backups are kept for 35 days in the vault.\n\n"
+        "Restoring\nBackups that are kept can be restored; long backups take long."
+    ),
+    "metadata": {
+        "sections": [
+            {"start": 0, "section": "Overview", "heading_path": ["Overview"], "page": 1},
+            {"start": 45, "section": "Retention", "heading_path": ["Retention"], "page": 2},
+            {"start": 130, "section": "Restoring", "heading_path": ["Restoring"], "page": 3},
+        ],
+        # the article's best search match: the page that repeats the question's words
+        "location": {"section": "Restoring", "page": 3, "url": "file:///kb/ops.pdf#page=3"},
+    },
+}
+
+
+def test_a_citation_points_at_the_section_and_page_of_the_sentence_it_cites() -> None:
+    assert MANUAL["content"][45:54] == "Retention" and MANUAL["content"][130:139] == "Restoring"
+    _, [cite], _ = resolve_citations(
+        "Backups are kept for 35 days [1].", [MANUAL], question="How long are backups kept?"
+    )
+    assert (cite.url, cite.where, cite.section, cite.page) == (
+        "file:///kb/ops.pdf#page=2",
+        "p. 2, Retention",
+        "Retention",
+        2,
+    )
+    # a marker before the sentence, and a reply without markers, find the same sentence
+    _, [cite], _ = resolve_citations("According to [1], backups are kept for 35 days.", [MANUAL])
+    assert cite.url == "file:///kb/ops.pdf#page=2"
+    _, [cite], method = resolve_citations("Backups are kept for 35 days in the vault.", [MANUAL])
+    assert (method, cite.url) == ("overlap", "file:///kb/ops.pdf#page=2")
+
+
+def test_an_anchor_links_to_the_section_of_the_cited_table_row() -> None:
+    page = {
+        "kb_id": "handbook.md",
+        "title": "Handbook",
+        "url": "https://docs/handbook.html",
+        "content": "# Handbook\n\n## Hours\n\nOpen at eight.\n\n## Holidays\n\n| Holiday | Days off |\n| --- | --- |\n"
+        "| Midsummer | 2 |",
+        "metadata": {
+            "sections": [
+                {"start": 0, "section": "Handbook", "heading_path": ["Handbook"], "anchor": "handbook"},
+                {"start": 12, "section": "Hours", "heading_path": ["Handbook", "Hours"], "anchor": "hours"},
+                {"start": 38, "section": "Holidays", "heading_path": ["Handbook", "Holidays"], "anchor": "holidays"},
+            ]
+        },
+    }
+    _, [cite], _ = resolve_citations("Midsummer gives 2 days off [1].", [page])
+    assert (cite.url, cite.where, cite.page) == ("https://docs/handbook.html#holidays", "Holidays", None)
+
+
+def test_a_source_whose_text_is_not_the_stored_articles_keeps_its_best_matchs_place() -> None:
+    # the budget compressed it: the offsets of its sections no longer hold in its text
+    compressed = {**MANUAL, "metadata": {**MANUAL["metadata"], "compressed": True}}
+    _, [cite], _ = resolve_citations("Backups are kept for 35 days [1].", [compressed])
+    assert (cite.url, cite.where) == ("file:///kb/ops.pdf#page=3", "p. 3, Restoring")
+    # a statement no sentence of the source holds keeps it too
+    _, [cite], _ = resolve_citations("Call the support line [1].", [MANUAL])
+    assert cite.url == "file:///kb/ops.pdf#page=3"

@@ -7,7 +7,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article, SearchResult
 from ragidx.retrieval.article_grouper import (
     ArticleGrouper,
     ArticlesGroupedEvent,
@@ -51,7 +51,7 @@ def test_matched_chunk_ids_are_the_articles_own_chunks_best_first() -> None:
     assert out[1].node.metadata[MATCHED_CHUNKS] == ["b#0"]
 
 
-def test_a_document_article_carries_its_best_chunks_place_and_not_its_section_list() -> None:
+def test_a_document_article_carries_its_best_chunks_place_and_its_section_list_out_of_the_prompt() -> None:
     doc = Article(
         "guide.pdf", "Guide", "file:///kb/guide.pdf", "p1 text\n\np2 text",
         metadata={"format": "pdf", "sections": [{"start": 0, "page": 1}, {"start": 10, "page": 2}]},
@@ -69,7 +69,9 @@ def test_a_document_article_carries_its_best_chunks_place_and_not_its_section_li
     assert meta["location"] == {
         "section": "Naming", "heading_path": "A > Naming", "page": 2, "url": "file:///kb/guide.pdf#page=2"
     }  # fmt: skip
-    assert "sections" not in meta and meta["format"] == "pdf"
+    assert meta["sections"] == doc.metadata["sections"] and meta["format"] == "pdf"  # for citations
+    shown = SearchResult((article_from_node(out[0]),)).to_payload()["articles"][0]["metadata"]
+    assert "sections" not in shown and shown["format"] == "pdf"  # not in the JSON the model reads
     assert "location" not in out[1].node.metadata  # a JSONL article has no place inside it
 
 
