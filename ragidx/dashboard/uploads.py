@@ -2,10 +2,12 @@
 
 Uploads are a write by whoever reaches the dashboard, which has no sign-in: they are refused unless the dashboard
 is configured to take them (``[dashboard] uploads = true``, ``RAGIDX_DASHBOARD__UPLOADS=true``). When they are on,
-an upload adds and updates only its own articles: each upload is its own source (``upload:<file name>``), and an
-article whose id the knowledge base already holds from another source (``ragidx ingest``, another file), or that
-the dashboard's reader (the public) may not read, is skipped with a message, never replaced. Without this a JSONL
-line carrying the id of a restricted article would replace it, drop its restriction and publish its text.
+an upload adds and updates only its own articles: each upload is its own source (``upload:<file name>``), so an
+article whose id the knowledge base already holds from another source (``ragidx ingest``, another file) is left
+as it is by the ingestor's ownership rule (``IngestReport.conflicts``), and one whose stored copy the dashboard's
+reader (the public) may not read is refused here, even from the same file. Each is listed as skipped, with one
+message for both (it does not tell a restricted article from another source's). Without this a JSONL line
+carrying the id of a restricted article would replace it, drop its restriction and publish its text.
 
 A bad upload never reaches the engine silently: an empty file, an unsupported type or a file in
 which not one article could be read each get a message saying what to upload instead.
@@ -148,18 +150,16 @@ UPLOADS_DIR = "uploads"
 """Where uploaded documents are kept, under the data dir."""
 
 
-def _own_articles(items: Iterable[SourceItem], store: Any, source: str, where: str, batch: int) -> Iterator[SourceItem]:
-    """``items`` with every article this upload may not write turned into a :class:`SourceError` saying so: one
-    whose id is stored from another source, or that the public may not read (its restriction would be dropped)."""
-    own = set(store.ids_for_source(source))
+def _public_only(items: Iterable[SourceItem], store: Any, where: str, batch: int) -> Iterator[SourceItem]:
+    """``items`` with every article whose stored copy the public may not read (the dashboard's reader) turned into
+    a :class:`SourceError` saying so: an upload never replaces it, even from its own source. Ids of other sources
+    are the ingestor's to refuse (``IngestReport.conflicts``)."""
     pending: list[SourceItem] = []
 
     def checked(chunk: list[SourceItem]) -> Iterator[SourceItem]:
         ids = [i.kb_id for i in chunk if isinstance(i, Article)]
         stored = set(store.states(ids)) if ids else set()
-        mine = [k for k in stored if k in own]
-        public = set(store.get(mine, principal=Principal())) if mine else set()
-        refused = {k for k in stored if k not in own or k not in public}
+        refused = stored - set(store.get(list(stored), principal=Principal())) if stored else set()
         for item in chunk:
             if isinstance(item, Article) and item.kb_id in refused:
                 yield SourceError(where, None, NOT_REPLACED.format(kb_id=item.kb_id), kb_id=item.kb_id)
@@ -178,12 +178,12 @@ def _ingest(engine: Any, path: Path, name: str, on_progress: ProgressFn | None, 
     total = count_items(path)
     source = upload_source(name)
     counted = _counted(read_source(path), total, on_progress)
-    read = _own_articles(counted, engine.article_store, source, str(path), batch_articles)
+    read = _public_only(counted, engine.article_store, str(path), batch_articles)
     # the language sample is a second pass over JSONL only: a document read twice would cost a second ingest
     items = engine.choose_embedding(read, sample=language_sample(path))
     ingestor = engine.ingestor()
     ingestor.batch_articles = batch_articles
-    return ingestor.ingest(items, source=source)
+    return ingestor.ingest(items, source=source, replace=False)  # another source's ids: conflicts, kept
 
 
 @contextmanager
@@ -245,6 +245,7 @@ def ingest_upload(
             path.write_bytes(data)
             report = _ingest(engine, path, name, on_progress, batch_articles)
     skipped = [e.replace(str(path), name) for e in report.errors]
+    skipped += [f"{name}: {NOT_REPLACED.format(kb_id=kb_id)}" for kb_id, _owner in report.conflicts]
     if report.seen == 0:
         first = "; ".join(skipped[:3]) or "no article found"
         return UploadResult(

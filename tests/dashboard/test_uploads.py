@@ -123,7 +123,11 @@ def test_an_upload_replaces_only_its_own_public_articles(tmp_path: Path) -> None
     assert again.report["changed"] == 1 and len(again.skipped) == 2
     assert all("is already in the knowledge base from another source, or is not public" in e for e in again.skipped)
     assert again.skipped[0].startswith("kb.jsonl: article 'hr-2'") and "Review notes" not in again.skipped[0]
-    assert not other.ok and "'k1' is already in the knowledge base" in (other.error or "")
+    assert other.report["new"] == other.report["changed"] == 0
+    assert other.skipped == [
+        "other.jsonl: article 'k1' is already in the knowledge base from another source, or is not public: an upload "
+        "does not replace it. Give this article another id, or update the original where it was ingested from"
+    ]
     assert stored["k1"].content == "Tables, second."
     assert stored["hr-1"].content == "Bands are secret." and stored["hr-2"].content == "Review notes."
     assert not public  # both still restricted
