@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
-from ragidx.safety.injection import FLAGS_KEY, kinds_of
+from ragidx.safety.injection import FLAGS_KEY, kinds_of, sentence_kinds
 from ragidx.safety.normalize import skeleton
-from ragidx.sentences import Unit, split_units
+from ragidx.sentences import Unit
 
 __all__ = ["GuardInput", "GuardResult", "RelayCheck", "withheld_text"]
 
@@ -160,14 +160,15 @@ class RelayCheck:
 
     def relayed(self, text: str, question: str = "") -> list[tuple[Unit, list[str]]]:
         """Each sentence of ``text`` with the kinds of instruction-like text that make it relay one (empty: it
-        stays). A kind the question itself holds does not count: the user may ask about such text. A sentence
-        that ``lookahead_words`` words follow is decided for good, whatever comes after them."""
+        stays). A kind the question itself holds does not count: the user may ask about such text. A sentence is
+        judged alone and together with the next one (an instruction split over two sentences), so it is decided
+        for good once the sentence after it is complete and ``lookahead_words`` words follow that one."""
         question_kinds = set(kinds_of(question))
         shingles = self._prompt_shingles
         leaks = _quoted_spans(text, shingles, _PROMPT_SHINGLE) if shingles else []
         out = []
-        for unit in split_units(text):
-            kinds = [k for k in kinds_of(_MARKERS.sub("", unit.text)) if k not in question_kinds]
+        for unit, found in sentence_kinds(text, _MARKERS):  # alone or with the sentence next to it
+            kinds = [k for k in found if k not in question_kinds]
             if not kinds and any(start < unit.end and unit.start < end for start, end in leaks):
                 kinds = ["prompt_leak"]
             out.append((unit, kinds))

@@ -23,6 +23,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
 
 from ragidx.agent.answer import Answer
+from ragidx.safety.injection import shown_title, shown_url
 from ragidx.stores.filters import INTERNAL_FIELDS, as_filters, parse_filter
 
 __all__ = [
@@ -257,7 +258,7 @@ def sources_block(answer: Answer) -> str:
     """The cited articles as the closing block of the message text ("" when nothing is cited)."""
     if not answer.citations:
         return ""
-    lines = [f"[{c.number}] {c.title} — {c.url or c.kb_id}" for c in answer.citations]
+    lines = [f"[{c.number}] {c.title} — {c.url or shown_url(c.kb_id)}" for c in answer.citations]
     return f"\n\n{SOURCES_TITLE}\n" + "\n".join(lines)
 
 
@@ -269,8 +270,8 @@ def answer_extra(answer: Answer) -> dict[str, Any]:
         "sources": [
             {
                 "kb_id": a.get("kb_id"),
-                "title": a.get("title"),
-                "url": a.get("url"),
+                "title": shown_title(str(a.get("title") or "")),  # as the Sources block shows it
+                "url": shown_url(str(a.get("url") or "")),
                 **{k: (a.get("metadata") or {}).get(k) for k in ("rerank_score", "normalized_rank", "article_rank")},
             }
             for a in answer.articles

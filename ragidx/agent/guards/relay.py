@@ -17,6 +17,7 @@ import re
 
 from ragidx.agent.guards.base import GuardInput, GuardResult
 from ragidx.agent.prompts import ANSWER_PROMPT, CHECK_PROMPT, PLAN_PROMPT, SYSTEM_PROMPT
+from ragidx.safety.injection import splittable
 from ragidx.safety.relay import RelayCheck
 from ragidx.sentences import Unit
 
@@ -70,6 +71,8 @@ class RelayHold:
             if unit.end <= self._done:
                 continue
             if len(_WORD.findall(self._text, unit.end)) < self._check.lookahead_words:
+                break
+            if unit is units[-2][0] and splittable(unit.text):  # judged with the last one, still growing
                 break
             end = unit.end
         return self._release(units, end)
