@@ -712,7 +712,9 @@ class Settings(BaseSettings):
         default=100,
         gt=0,
         description="Largest document (PDF, Word, HTML, Markdown, text) ingested, in MB; a larger one is reported "
-        "as that file's error and the rest is ingested. JSONL files are read line by line and have no limit.",
+        "as that file's error and the rest is ingested. A Word file (a ZIP archive) is also refused when its parts "
+        "expand to more than this (checked before expanding them: a ZIP bomb). JSONL files are read line by line "
+        "and have no limit.",
     )
     refuse_widening: bool = Field(
         default=True,
