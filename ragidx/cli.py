@@ -202,6 +202,7 @@ def _article_row(a: Any, *, with_content: bool) -> dict[str, Any]:
 
 _RANK_KEYS = frozenset(
     {"rerank_score", "normalized_rank", "article_rank", "matched_chunk_ids", "matched_spans", "allowed", "language"}
+    | {"sections"}  # where each section of a document starts: for citations
 )
 
 
