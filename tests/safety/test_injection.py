@@ -167,6 +167,12 @@ def test_the_bundled_sample_knowledge_bases_have_no_flagged_article() -> None:
         assert flagged == [], name
 
 
+def test_the_help_desk_knowledge_base_has_no_flagged_article() -> None:
+    rows = _jsonl(ROOT / "ragidx" / "evaluation" / "data" / "helpdesk_kb.jsonl")
+    assert len(rows) == 15
+    assert [d["id"] for d in rows if injection_kinds(Article(d["id"], d["title"], d["url"], d["text"]))] == []
+
+
 def test_every_red_team_article_is_flagged_and_neutralized_and_no_clean_twin_is() -> None:
     data = ROOT / "ragidx" / "evaluation" / "data"
     injected = {d["id"]: d for d in _jsonl(data / "redteam_articles.jsonl")}
