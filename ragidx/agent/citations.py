@@ -25,7 +25,7 @@ from typing import Any
 
 from ragidx.agent.answer import Citation
 from ragidx.article import LOCATION, SECTIONS, describe_location, location_url
-from ragidx.safety.injection import shown_title, shown_url
+from ragidx.safety.injection import FLAGS_KEY, shown_title, shown_url
 from ragidx.sentences import split_units
 from ragidx.terms import terms
 
@@ -230,9 +230,10 @@ MIN_PASSAGE_SHARE = 0.3
 """The least share of a statement's words (weighted by rarity in the source) a sentence of the source must hold
 to be taken as the one the statement cites."""
 
-UNPLACEABLE = ("compressed", "flash_excerpt_of_chars", "injection_flags")
+UNPLACEABLE = ("compressed", "flash_excerpt_of_chars", FLAGS_KEY)
 """Metadata of a source whose text differs from the stored article's (the budget compressed or cut it, a flash
-excerpt replaced it, instruction-like text was replaced): the offsets of its ``sections`` do not hold there."""
+excerpt replaced it: ``ragidx.retrieval.flash.excerpts.EXCERPT_OF_CHARS``, instruction-like text was replaced):
+the offsets of its ``sections`` do not hold there."""
 
 
 def supporting_offset(statements: Sequence[str], content: str) -> int | None:
