@@ -16,6 +16,11 @@ footer, cookie banner, "Was this article helpful?"). A file that cannot be read 
 ``DocumentReadError`` whose message says what is wrong and what to do (an encrypted PDF, a PDF with no text
 layer, a corrupt Word file).
 
+Which reader reads a file is a registry read at each call (:mod:`ingestion.formats`, re-exported here): the
+built-in formats above, and any a program adds with :func:`register_reader`
+(``register_reader(".odt", OdtReader, name="OpenDocument .odt")``). Ingestion, its file checks, the CLI's and the
+dashboard's help and the docs' list of formats all ask it when they run.
+
 Libraries, chosen by ``benchmarks/readers.py`` (text recall against the source text, and speed, on LibreOffice
 twins of the bundled help articles): pypdfium2 for PDF text and outline (as complete as pypdf and pdfplumber,
 several times faster), pdfplumber only to find ruled tables on a page, python-docx for Word (docx2txt writes
@@ -43,7 +48,47 @@ from typing import Any
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document
 
+from ingestion.formats import (
+    ReaderEntry,
+    ReaderFactory,
+    document_formats,
+    document_suffixes,
+    reader_entry,
+    register_reader,
+    registered_readers,
+    unregister_reader,
+)
+
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "READERS",
+    "SECTION_KEYS",
+    "DocumentReadError",
+    "DocxReader",
+    "HtmlReader",
+    "MarkdownReader",
+    "PdfReader",
+    "ReaderEntry",
+    "ReaderFactory",
+    "Section",
+    "TextReader",
+    "check_uncompressed_size",
+    "decode_text",
+    "document_formats",
+    "document_suffixes",
+    "file_extractor",
+    "first_line",
+    "html_sections",
+    "ocr_available",
+    "reader_entry",
+    "reader_for",
+    "register_reader",
+    "registered_readers",
+    "slug",
+    "table_rows",
+    "unregister_reader",
+]
 
 SECTION_KEYS = ("heading_path", "section", "page", "anchor")
 
@@ -754,28 +799,39 @@ READERS: dict[str, type[BaseReader]] = {
     ".txt": TextReader,
     ".text": TextReader,
 }
-"""The reader of each file suffix (lower case)."""
+"""The built-in reader class of each file suffix (lower case). What ingestion reads is the registry of
+:mod:`ingestion.formats` (:func:`register_reader`, :func:`document_suffixes`), which starts with these."""
 
 
 def reader_for(suffix: str, *, max_file_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> BaseReader:
-    """The reader of a file suffix (a key of ``READERS``); ``max_file_bytes`` (the ``max_file_mb`` setting)
-    also caps what a ZIP-based document (.docx) may expand to.
+    """The reader of a file suffix (one of :func:`document_suffixes`); ``max_file_bytes`` (the ``max_file_mb``
+    setting) also caps what a ZIP-based document (.docx) may expand to.
+
+    Raises:
+        ValueError: no reader reads ``suffix`` (the message lists the formats that are read).
 
     Example:
         >>> reader_for(".docx", max_file_bytes=2**20).max_uncompressed_bytes
         1048576
     """
-    reader = READERS[suffix]
-    if reader is DocxReader:
-        return DocxReader(max_uncompressed_bytes=max_file_bytes)
-    return reader()
+    entry = reader_entry(suffix)
+    if entry is None:
+        raise ValueError(
+            f"no reader for {suffix!r} files; the documents read are {', '.join(sorted(document_suffixes()))} "
+            "(ingestion.register_reader adds one)"
+        )
+    reader = entry.make(max_file_bytes)
+    if not hasattr(reader, "load_data"):
+        raise TypeError(f"the reader registered for {entry.suffix!r} made {type(reader).__name__}, not a BaseReader")
+    return reader
 
 
 def file_extractor(*, max_file_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> dict[str, BaseReader]:
-    """A ``SimpleDirectoryReader`` ``file_extractor`` with a reader for every suffix of ``READERS``.
+    """A ``SimpleDirectoryReader`` ``file_extractor`` with a reader for every suffix read now (built-in and
+    registered).
 
     Example:
         >>> sorted(file_extractor())[:3]
         ['.docx', '.htm', '.html']
     """
-    return {suffix: reader_for(suffix, max_file_bytes=max_file_bytes) for suffix in READERS}
+    return {suffix: reader_for(suffix, max_file_bytes=max_file_bytes) for suffix in document_suffixes()}

@@ -35,25 +35,52 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ingestion.readers import READERS, SECTION_KEYS, DocumentReadError, first_line, reader_for
+from ingestion.readers import (
+    SECTION_KEYS,
+    DocumentReadError,
+    document_suffixes,
+    first_line,
+    reader_entry,
+    reader_for,
+)
 from ragidx.article import SECTIONS, Article
 
 logger = logging.getLogger(__name__)
 
-JSONL_SUFFIXES = {".jsonl", ".ndjson"}
-MARKDOWN_SUFFIXES = {".md", ".markdown"}
-HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
-DOCUMENT_SUFFIXES = set(READERS)
-"""Suffixes read as one article per file (PDF, DOCX, HTML, Markdown, text)."""
-TEXT_SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | JSONL_SUFFIXES | {".txt", ".text"}
-_MAGIC = {".pdf": (b"%PDF-", "a PDF"), ".docx": (b"PK\x03\x04", "a Word .docx file (a ZIP archive)")}
-_FORMATS = {".htm": "html", ".xhtml": "html", ".markdown": "md", ".text": "txt"}
+JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
+
+
+class _DocumentSuffixes(AbstractSet[str]):
+    """The suffixes read as documents at the moment it is asked (``ingestion.readers.document_suffixes``): a set
+    that follows ``register_reader`` rather than a copy taken at import."""
+
+    def __contains__(self, suffix: object) -> bool:
+        return isinstance(suffix, str) and suffix in document_suffixes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(document_suffixes()))
+
+    def __len__(self) -> int:
+        return len(document_suffixes())
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)  # ``DOCUMENT_SUFFIXES | JSONL_SUFFIXES`` is a plain set of that moment
+
+    def __repr__(self) -> str:
+        return f"DOCUMENT_SUFFIXES({sorted(document_suffixes())})"
+
+
+DOCUMENT_SUFFIXES: AbstractSet[str] = _DocumentSuffixes()
+"""Suffixes read as one article per file (PDF, DOCX, HTML, Markdown, text, and any reader registered since): a
+live view of ``ingestion.readers``' registry."""
 MAX_ARTICLE_CHARS = 5_000_000
 DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
 """Documents larger than this are refused (``max_file_mb`` in the settings); JSONL files have no limit."""
@@ -357,9 +384,12 @@ def read_document(
             head = fh.read(8192)
         stamp = file_stamp(stat, file_digest(path))
         suffix = path.suffix.lower()
-        if suffix in _MAGIC and not head.lstrip()[:8].startswith(_MAGIC[suffix][0]):
-            return error(f"not {_MAGIC[suffix][1]} (its content starts {head[:8]!r}): check the file's type")
-        if suffix in TEXT_SUFFIXES and _looks_binary(head):
+        entry = reader_entry(suffix)
+        if entry is None:  # its reader was unregistered since the folder was listed
+            return error(f"no reader for {suffix} files any more: nothing read from it")
+        if entry.magic is not None and not head.lstrip().startswith(entry.magic):
+            return error(f"not {entry.kind} (its content starts {head[:8]!r}): check the file's type")
+        if entry.text and _looks_binary(head):
             return error(f"binary content, not text: is it really a {suffix} file?")
         documents = reader_for(suffix, max_file_bytes=max_file_bytes).load_data(path)
     except FileNotFoundError:
@@ -400,7 +430,7 @@ def _article_from_documents(documents: list[Any], path: Path, kb_id: str, url: s
     title = str(documents[0].metadata.get("title") or path.stem)
     folder = Path(kb_id).parent.as_posix()
     metadata: dict[str, Any] = {
-        "format": _FORMATS.get(path.suffix.lower(), path.suffix.lower().lstrip(".")),
+        "format": entry.format if (entry := reader_entry(path.suffix)) else path.suffix.lower().lstrip("."),
         "folder": "" if folder == "." else folder,
         SECTIONS: sections,
     }

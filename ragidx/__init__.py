@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 __version__ = "0.1.0"
-__all__ = ["Article", "Engine", "Settings", "__version__"]
+__all__ = ["Article", "Engine", "Settings", "__version__", "register_reader"]
 
 if TYPE_CHECKING:
+    from ingestion.formats import register_reader
     from ragidx.article import Article
     from ragidx.config import Settings
     from ragidx.engine import Engine
@@ -37,4 +38,8 @@ def __getattr__(name: str) -> Any:
         from ragidx.article import Article
 
         return Article
+    if name == "register_reader":  # a document format ingestion reads from then on (ingestion.formats)
+        from ingestion.formats import register_reader
+
+        return register_reader
     raise AttributeError(f"module 'ragidx' has no attribute {name!r}")

@@ -467,12 +467,16 @@ def build_parser() -> argparse.ArgumentParser:
     _global_arguments(parser, subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
+
     p = sub.add_parser(
         "ingest",
-        help="ingest a JSONL file, a document (PDF, Word .docx, HTML, Markdown, text) or a folder of them; "
+        help=f"ingest a JSONL file, a document ({document_formats()}) or a folder of them; "
         f"exit status {INGEST_SOME_FAILED} when some items could not be read (the rest is ingested)",
     )
-    p.add_argument("path")
+    p.add_argument(
+        "path", help=f"a .jsonl file, a document ({', '.join(sorted(document_suffixes()))}) or a folder of them"
+    )
     p.add_argument("--source", help="source name used by --prune (default: the file or folder name)")
     p.add_argument("--prune", action="store_true", help="delete articles of this source missing from it")
     p.add_argument(

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingestion.formats import document_formats
 from ingestion.sources import (
     DOCUMENT_SUFFIXES,
     JSONL_SUFFIXES,
@@ -49,21 +50,32 @@ from ragidx.article import Article
 from ragidx.stores.access import Principal
 
 __all__ = [
-    "ACCEPTED_SUFFIXES",
     "UPLOADS_OFF",
     "UploadResult",
+    "accepted_suffixes",
     "check_upload",
     "count_items",
     "ingest_upload",
     "upload_source",
     "uploads_enabled",
+    "what_to_upload",
 ]
 
-ACCEPTED_SUFFIXES = sorted(JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
-WHAT_TO_UPLOAD = (
-    "Upload a .jsonl file (one JSON article per line: id, title, url, text), "
-    "a PDF, a Word .docx file, an HTML page, a Markdown (.md) or text (.txt) file."
-)
+
+def accepted_suffixes() -> list[str]:
+    """The file suffixes an upload may have now: JSON lines and every document format read (a reader registered
+    with ``ingestion.register_reader`` included)."""
+    return sorted(JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
+
+
+def what_to_upload() -> str:
+    """What an upload may be, for the messages that refuse one (the formats as they are now)."""
+    return (  # the formats as they are now: a reader registered since is named
+        "Upload a .jsonl file (one JSON article per line: id, title, url, text) or a document: "
+        f"{document_formats()} ({', '.join(sorted(DOCUMENT_SUFFIXES))})."
+    )
+
+
 ProgressFn = Callable[[int, int | None], None]
 UPLOADS_OFF = (
     "Uploads are turned off on this dashboard: it has no sign-in, so an upload would let anyone who can open it "
@@ -97,11 +109,11 @@ def _safe_name(name: str) -> str:
 def check_upload(name: str, data: bytes) -> str | None:
     """Why this upload cannot be ingested, or ``None`` when it may be."""
     suffix = Path(name).suffix.lower()
-    if suffix not in ACCEPTED_SUFFIXES:
+    if suffix not in accepted_suffixes():
         shown = repr(suffix) if suffix else "(no extension)"
-        return f"{name}: unsupported file type {shown}. {WHAT_TO_UPLOAD}"
+        return f"{name}: unsupported file type {shown}. {what_to_upload()}"
     if not data.strip():
-        return f"{name} is empty: there is nothing to ingest. {WHAT_TO_UPLOAD}"
+        return f"{name} is empty: there is nothing to ingest. {what_to_upload()}"
     return None
 
 
@@ -250,7 +262,7 @@ def ingest_upload(
         first = "; ".join(skipped[:3]) or "no article found"
         return UploadResult(
             name,
-            error=f"{name}: no article could be read ({first}). {WHAT_TO_UPLOAD}",
+            error=f"{name}: no article could be read ({first}). {what_to_upload()}",
             report=report.as_dict(),
             skipped=skipped,
         )

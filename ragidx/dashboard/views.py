@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import streamlit as st
 
+from ingestion.formats import document_formats
 from ragidx.agent.answer import Answer, Progress
 from ragidx.config import Settings
 from ragidx.dashboard.answers import (
@@ -52,7 +53,7 @@ from ragidx.dashboard.evaluation import (
 )
 from ragidx.dashboard.examples import example_question, example_titles
 from ragidx.dashboard.feedback import FeedbackLog, Rating
-from ragidx.dashboard.uploads import ACCEPTED_SUFFIXES, UploadResult, ingest_upload, uploads_enabled
+from ragidx.dashboard.uploads import UploadResult, accepted_suffixes, ingest_upload, uploads_enabled
 from ragidx.safe_text import printable
 
 logger = logging.getLogger(__name__)
@@ -531,12 +532,12 @@ def ingest_page(engine: Any) -> None:
         st.info(UPLOADS_HELP)
         return
     st.markdown(
-        'JSONL: one article per line, `{"id", "title", "url", "text"}`. Documents (PDF, Word, HTML, Markdown, '
-        "text): one article per file. Re-ingesting is idempotent: unchanged articles cost nothing. Each upload "
-        "adds and updates its own articles only: a line whose id is already used by another source, or by an "
-        "article not open to everyone, is skipped."
+        'JSONL: one article per line, `{"id", "title", "url", "text"}`. Documents '
+        f"({document_formats()}): one article per file. Re-ingesting is idempotent: unchanged articles cost "
+        "nothing. Each upload adds and updates its own articles only: a line whose id is already used by another "
+        "source, or by an article not open to everyone, is skipped."
     )
-    files = st.file_uploader(f"Files ({', '.join(ACCEPTED_SUFFIXES)})", accept_multiple_files=True, key="uploads")
+    files = st.file_uploader(f"Files ({', '.join(accepted_suffixes())})", accept_multiple_files=True, key="uploads")
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         results: list[UploadResult] = []
         for f in files or []:

@@ -325,7 +325,7 @@ def test_bad_uploads_show_a_clear_message(uploads_on: Path, name: str, data: byt
     at = upload(start("ingest"), (name, data))
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and errors[0].startswith(message), errors
-    assert "Upload a .jsonl file" in errors[0] and "a PDF, a Word .docx file" in errors[0]
+    assert "Upload a .jsonl file" in errors[0] and "PDF, Word .docx, HTML, Markdown, text (.docx," in errors[0]
     assert not at.success
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
 
 import docx
 import pytest
@@ -13,6 +16,8 @@ from docx.enum.style import WD_STYLE_TYPE
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from llama_index.core import SimpleDirectoryReader
+from llama_index.core.readers.base import BaseReader
+from llama_index.core.schema import Document
 
 from ingestion.readers import (
     DocumentReadError,
@@ -20,12 +25,18 @@ from ingestion.readers import (
     HtmlReader,
     MarkdownReader,
     PdfReader,
+    TextReader,
+    check_uncompressed_size,
+    document_formats,
+    document_suffixes,
     file_extractor,
     html_sections,
     reader_for,
+    register_reader,
     table_rows,
+    unregister_reader,
 )
-from ingestion.sources import SourceError, read_document
+from ingestion.sources import SourceError, read_document, read_folder
 from tests.ingestion.simple_pdf import pdf, ruled_table, text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
@@ -377,3 +388,154 @@ def test_ingesting_a_folder_applies_the_file_size_limit_to_a_word_files_expanded
     error = read_document(bomb, tmp_path, max_file_bytes=2**20)
     assert isinstance(error, SourceError) and re.match(r"expands to more than 1 MB uncompressed", error.reason)
     assert not isinstance(read_document(bomb, tmp_path, max_file_bytes=4 * 2**20), SourceError)
+
+
+# --- readers registered from a program (ingestion.formats) ----------------------------------------------------
+ODF_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
+ODF_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+
+
+def _write_odt(path: Path, blocks: list[tuple[int, str]]) -> Path:
+    """A minimal OpenDocument text file: a ZIP with ``mimetype`` first (stored) and ``content.xml``; ``blocks`` are
+    (heading level, text), level 0 for a paragraph."""
+    body = "".join(
+        f'<text:h text:outline-level="{level}">{text}</text:h>' if level else f"<text:p>{text}</text:p>"
+        for level, text in blocks
+    )
+    content = (
+        f'<?xml version="1.0" encoding="UTF-8"?><office:document-content xmlns:office="{ODF_OFFICE}" '
+        f'xmlns:text="{ODF_TEXT}" office:version="1.3"><office:body><office:text>{body}</office:text></office:body>'
+        "</office:document-content>"
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype"), "application/vnd.oasis.opendocument.text")
+        archive.writestr("content.xml", content, compress_type=zipfile.ZIP_DEFLATED)
+    return path
+
+
+class OdtReader(BaseReader):
+    """What a user writes to read .odt files: content.xml's headings and paragraphs, one section per heading."""
+
+    def __init__(self, max_file_bytes: int) -> None:
+        super().__init__()
+        self.max_file_bytes = max_file_bytes
+
+    def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        check_uncompressed_size(Path(file), self.max_file_bytes)
+        with zipfile.ZipFile(file) as archive:
+            root = ElementTree.fromstring(archive.read("content.xml"))
+        sections: list[tuple[list[str], list[str]]] = [([], [])]
+        for element in root.iter():
+            text = "".join(element.itertext()).strip()
+            if element.tag == f"{{{ODF_TEXT}}}h" and text:
+                sections.append(([text], [f"# {text}"]))
+            elif element.tag == f"{{{ODF_TEXT}}}p" and text:
+                sections[-1][1].append(text)
+        title = next((path[0] for path, _ in sections if path), Path(file).stem)
+        return [
+            Document(text="\n\n".join(lines), metadata={"title": title, "heading_path": path})
+            for path, lines in sections
+            if lines
+        ]
+
+
+@pytest.fixture()
+def odt_registered() -> Iterator[None]:
+    register_reader(
+        ".odt", OdtReader, name="OpenDocument .odt", magic=b"PK\x03\x04", kind="an OpenDocument file (a ZIP archive)"
+    )
+    yield
+    unregister_reader(".odt")
+
+
+def test_a_registered_reader_is_read_by_ingest_and_named_by_the_help(
+    odt_registered: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 56.4's target: .odt support from user code is one register_reader call, end to end."""
+    from ragidx import Engine, Settings
+    from ragidx.cli import build_parser, main
+
+    folder = tmp_path / "kb"
+    (folder / "guides").mkdir(parents=True)
+    _write_odt(folder / "guides" / "labels.odt", [(1, "Printing labels"), (0, "Choose File - New - Labels.")])
+    _write_odt(folder / "fake.odt", [])
+    (folder / "fake.odt").write_bytes(b"not a zip at all")  # the registered magic bytes are checked
+    (folder / "notes.md").write_text("# Notes\n\nShipping is free.\n", encoding="utf-8")
+    data = tmp_path / "data"
+
+    assert main(["--data-dir", str(data), "ingest", str(folder), "--quiet"]) != 0  # fake.odt is reported
+    err = capsys.readouterr().err
+    assert "fake.odt: not an OpenDocument file (a ZIP archive) (its content starts b'not a zi')" in err
+
+    stored = Engine(Settings(data_dir=data)).article_store.get(["guides/labels.odt", "notes.md"])
+    labels = stored["guides/labels.odt"]
+    assert labels.title == "Printing labels" and "Choose File - New - Labels." in labels.content
+    assert labels.metadata["format"] == "odt" and labels.metadata["folder"] == "guides"
+    assert "notes.md" in stored
+
+    help_text = build_parser().format_help()
+    assert "OpenDocument .odt" in help_text
+    with pytest.raises(SystemExit):
+        main(["ingest", "--help"])
+    assert ".odt" in capsys.readouterr().out
+
+
+def test_the_registry_is_read_at_call_time_not_copied(odt_registered: None) -> None:
+    from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES
+    from ragidx.dashboard.uploads import accepted_suffixes, check_upload
+
+    assert ".odt" in DOCUMENT_SUFFIXES and ".odt" in (JSONL_SUFFIXES | DOCUMENT_SUFFIXES)
+    assert ".odt" in document_suffixes() and ".odt" in file_extractor()
+    assert document_formats() == "PDF, Word .docx, HTML, Markdown, text, OpenDocument .odt"
+    assert ".odt" in accepted_suffixes() and check_upload("a.odt", b"PK") is None
+    unregister_reader(".odt")
+    assert ".odt" not in DOCUMENT_SUFFIXES and ".odt" not in accepted_suffixes()
+    assert "unsupported file type '.odt'" in str(check_upload("a.odt", b"PK"))
+    with pytest.raises(ValueError, match=r"no reader for '\.odt' files; the documents read are \.docx, "):
+        reader_for(".odt")
+
+
+def test_a_reader_is_a_shared_object_a_class_or_a_function(tmp_path: Path) -> None:
+    class Upper(BaseReader):
+        def load_data(self, file: Path, extra_info: dict[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+            return [Document(text=Path(file).read_text().upper(), metadata={"title": "T"})]
+
+    shared = Upper()
+    (tmp_path / "a.up").write_text("hello")
+    try:
+        register_reader(".UP", shared, text=True)
+        assert reader_for(".up") is shared and reader_for(".UP") is shared
+        register_reader(".up", lambda: Upper())  # replaces the earlier one
+        assert reader_for(".up") is not shared
+        assert document_formats().endswith(", .up")  # no name given: the suffix names it
+        article = read_document(tmp_path / "a.up", tmp_path)
+        assert not isinstance(article, SourceError) and article.content == "HELLO"
+        assert article.metadata["format"] == "up"
+    finally:
+        unregister_reader(".up")
+
+
+@pytest.mark.parametrize(
+    ("suffix", "reader", "error", "message"),
+    [
+        ("odt", MarkdownReader, ValueError, "'odt' is not a file suffix: give it with its dot, like '.odt'"),
+        (".a b", MarkdownReader, ValueError, "is not a file suffix"),
+        (".jsonl", MarkdownReader, ValueError, "read as JSON lines of articles"),
+        (".odt", "MarkdownReader", TypeError, "a reader is a BaseReader, its class or a function that makes one"),
+    ],
+)
+def test_bad_registrations_say_what_to_give(suffix: str, reader: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        register_reader(suffix, reader)
+    assert ".odt" not in document_suffixes()
+
+
+def test_a_built_in_format_can_be_turned_off_and_back(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Hello there.\n")
+    unregister_reader(".txt")
+    try:
+        assert ".txt" not in document_suffixes() and list(read_folder(tmp_path)) == []
+    finally:
+        register_reader(".txt", TextReader, name="text", format="txt", text=True)
+    assert [a.kb_id for a in read_folder(tmp_path) if not isinstance(a, SourceError)] == ["a.txt"]
+    assert document_formats() == "PDF, Word .docx, HTML, Markdown, text"
