@@ -42,9 +42,11 @@ FilterSpec: TypeAlias = MetadataFilters | Mapping[str, Any] | None
 """What the API's ``filters=`` accepts."""
 INTERNAL_FIELDS = frozenset(
     {"id", "chunk_no", "tenant", "public", "location_url", "heading_path", "section", "page", "anchor"}
+    | {"spanned_sections"}
 )
 """Fields the stores keep for themselves: a chunk's id and place in its article (ingestion sets ``section``,
-``page``, ``anchor``, ``heading_path`` and ``location_url`` on each chunk), the tenant, whether it is public.
+``page``, ``anchor``, ``heading_path``, ``location_url`` and ``spanned_sections`` on each chunk), the tenant,
+whether it is public.
 Nobody sets them on an article, so no list of filterable fields names them, and ``ragidx serve`` refuses a
 request filtering on them. (``allowed``, the permissions, is named by no list either, but a request may narrow
 with it: a store ANDs every search with the reader's own.)"""

@@ -7,11 +7,13 @@ chunk filed under the heading before it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ingestion.pipeline import Ingestor, spanned_sections
 from ingestion.sources import read_source
 from ragidx.article import SECTIONS
 from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.filters import user_fields
 from ragidx.stores.lancedb_store import LanceDBChunkStore
 from tests.fakes.hash_embedding import HashEmbedding
 
@@ -20,7 +22,7 @@ ROWS = ["| New Year | 1 |", "| Easter | 2 |", "| May Day | 1 |", "| Midsummer | 
 TABLE = "\n".join(["| Holiday | Days off |", "| --- | --- |", *ROWS, "| Christmas | 3 |"])
 
 
-def _nodes(tmp_path: Path) -> list[object]:
+def _ingested(tmp_path: Path) -> Ingestor:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "handbook.md").write_text(
@@ -34,7 +36,11 @@ def _nodes(tmp_path: Path) -> list[object]:
     )  # fmt: skip
     report = ingestor.ingest(read_source(docs), source="docs")
     assert report.new == 1 and ingestor.article_store.get(["handbook.md"])["handbook.md"].metadata[SECTIONS]
-    store = ingestor.vector_store
+    return ingestor
+
+
+def _nodes(tmp_path: Path) -> list[Any]:
+    store = _ingested(tmp_path).vector_store
     table = store._open()
     assert table is not None
     ids = [r["id"] for r in table.to_lance().to_table(columns=["id"]).to_pylist()]
@@ -58,3 +64,9 @@ def test_spanned_sections_counts_each_sections_characters() -> None:
     assert [(s["section"], n) for s, n in spanned_sections(sections, 25, 40)] == [("C", 15)]
     assert [(s["section"], n) for s, n in spanned_sections(sections, 10, 10)] == [("B", 0)]
     assert spanned_sections([], 0, 5) == []
+
+
+def test_the_sections_a_chunk_spans_are_no_field_to_filter_on(tmp_path: Path) -> None:
+    store = _ingested(tmp_path).vector_store
+    assert "spanned_sections" in store.metadata_fields()  # stored with the chunk
+    assert "spanned_sections" not in user_fields(store.metadata_fields())  # never offered as an article's field
