@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from ragidx.config import SettingsError
 from ragidx.safe_text import printable, printable_json
+from ragidx.wording import counted
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -100,11 +101,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for line in skipped[:shown]:
         print(f"skipped {line}", file=sys.stderr)
     if len(skipped) > shown:
-        print(f"... and {len(skipped) - shown} more skipped items", file=sys.stderr)
+        print(f"... and {counted(len(skipped) - shown, 'more skipped item')}", file=sys.stderr)
     if report.widened:
         ids = ", ".join(printable(k) for k in report.widened[:10]) + (" ..." if len(report.widened) > 10 else "")
         print(
-            f"ragidx: {len(report.widened)} articles are now readable by more people than before: {ids}",
+            f"ragidx: {counted(len(report.widened), 'article')} now readable by more people than before: {ids}",
             file=sys.stderr,
         )
     if report.prune_skipped:
@@ -114,22 +115,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             shlex.quote(a) for a in ["ragidx", "ingest", args.path, *(["--source", args.source] if args.source else [])]
         )
         gone = "came from files that are gone" if Path(args.path).is_dir() else f"are no longer in {args.path}"
-        print(
-            f"ragidx: {report.missing} articles {printable(gone)}; `{printable(again)} --prune` deletes them",
-            file=sys.stderr,
-        )
+        missing = counted(report.missing, "article")
+        print(f"ragidx: {missing} {printable(gone)}; `{printable(again)} --prune` deletes them", file=sys.stderr)
     print(json.dumps(report.as_dict()))
     if report.not_ingested:
         ingested = report.seen - len(report.conflicts) - len(report.widening_refused)
         if report.conflicts or report.widening_refused:
             print(
-                f"ragidx: {report.not_ingested} items were not ingested (listed above); {ingested} articles ingested. "
+                f"ragidx: {counted(report.not_ingested, 'item')} not ingested (listed above); "
+                f"{counted(ingested, 'article')} ingested. "
                 "Fix them and run the same command again: unchanged articles are skipped",
                 file=sys.stderr,
             )
         else:
             print(
-                f"ragidx: {len(report.errors)} items could not be read; {ingested} articles ingested. Fix them and "
+                f"ragidx: {counted(len(report.errors), 'item')} could not be read; {counted(ingested, 'article')} "
+                "ingested. Fix them and "
                 "run the same command again: unchanged articles are skipped",
                 file=sys.stderr,
             )

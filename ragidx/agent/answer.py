@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ragidx.budget.report import BudgetReport
+from ragidx.wording import counted
 
 NOT_FOUND_TEXT = "I could not find the answer to this question in the knowledge base."
 
@@ -61,7 +62,7 @@ class Progress:
 
 
 def _articles(n: int) -> str:
-    return f"{n} article" if n == 1 else f"{n} articles"
+    return counted(n, "article")
 
 
 @dataclass(frozen=True)

@@ -585,10 +585,15 @@ async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, met
     except StopAsyncIteration:
         return
     except Exception as exc:  # after the first byte an HTTP status cannot change: an error event, then the end
-        kind = "busy" if isinstance(exc, EngineBusyError) else "stream"
-        metrics.errors.labels(kind).inc()
-        logger.warning("a streamed answer failed: %s", exc)
-        yield event(error_body(f"{type(exc).__name__}: {exc}", kind="server_error", code="stream_error"))
+        busy = isinstance(exc, EngineBusyError)
+        metrics.errors.labels("busy" if busy else "stream").inc()
+        if busy:  # the queue's own words, written for the caller
+            message = str(exc)
+        else:  # as for a 500: an id to find the exception in the log, whose text may quote what the server holds
+            error_id = uuid.uuid4().hex[:12]
+            logger.error("a streamed answer failed (error id %s)", error_id, exc_info=exc)
+            message = f"the answer failed while it was written (error id {error_id}): see the server log"
+        yield event(error_body(message, kind="server_error", code="stream_error"))
         yield "data: [DONE]\n\n"
     finally:
         await stream.aclose()

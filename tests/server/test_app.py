@@ -219,7 +219,9 @@ def test_a_client_that_goes_away_mid_stream_stops_the_model_and_frees_its_place(
         def get(self, endpoint: object) -> SlowWriter:  # type: ignore[override]
             return slow
 
-    settings = engine.settings
+    # the "off" profile streams the model's words as written (a profile whose guards judge the whole reply holds
+    # it until the model is done, and a client would see nothing to hang up after)
+    settings = engine.settings.model_copy(update={"llm": engine.settings.llm.model_copy(update={"guards": "off"})})
     quick = Engine(settings, embed_model=engine.embed_model, llm_provider=SlowProvider())  # type: ignore[arg-type]
     with running(create_app(quick)) as url:
         body = {"messages": [{"role": "user", "content": QUESTION}], "stream": True}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragidx.agent.answer import Answer, Citation
-from ragidx.server.openai_format import RequestError, chat_completion, read_conversation, sources_block
+from ragidx.server.openai_format import RequestError, chat_completion, read_conversation
 
 CITED = Answer(
     question="q",

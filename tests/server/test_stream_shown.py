@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -90,3 +91,33 @@ def test_a_reply_set_aside_is_never_shown(streamed: tuple[str, dict[str, Any]]) 
     text, extra = streamed
     assert extra["not_found"] and text == NOT_FOUND_TEXT == extra["text"]
     assert "Tools menu" not in text
+
+
+class _FailsMidStream(ScriptedProvider):
+    """A model that writes a word and then fails with a message quoting what the server holds."""
+
+    def get(self, endpoint: LLMEndpoint) -> ScriptedLLM:
+        from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+
+        class Failing(ScriptedLLM):
+            async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
+                async def gen() -> Any:
+                    yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="Use "), delta="Use ")
+                    raise RuntimeError("SELECT content FROM articles WHERE tenant = 'acme' AND group:hr")
+
+                return gen()
+
+        llm = Failing([cite_sources], cycle=True)
+        llm.context_window = endpoint.context_window
+        return llm
+
+
+def test_a_stream_that_fails_after_its_first_words_names_an_error_id_not_the_failure(kb_dir: Any) -> None:
+    settings = Settings(data_dir=kb_dir, llm=LLMEndpoint(guards="off"))  # "off": the first word is streamed at once
+    embed = HashEmbedding(dim=256, reads=frozenset({"en"}))
+    engine = Engine(settings, embed_model=embed, llm_provider=_FailsMidStream())  # type: ignore[arg-type]
+    with engine, running(create_app(engine)) as url:
+        body = {"messages": [{"role": "user", "content": QUESTION}], "stream": True}
+        events = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).text
+    assert '"content": "Use "' in events and "error id" in events
+    assert "SELECT" not in events and "acme" not in events and "group:hr" not in events
