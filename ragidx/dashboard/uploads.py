@@ -48,6 +48,7 @@ from ingestion.sources import (
 )
 from ragidx.article import Article
 from ragidx.stores.access import Principal
+from ragidx.wording import counted
 
 __all__ = [
     "UPLOADS_OFF",
@@ -135,8 +136,9 @@ class UploadResult:
             return self.error
         r = self.report
         text = (
-            f"{self.name}: {r.get('seen', 0)} articles read — {r.get('new', 0)} new, {r.get('changed', 0)} changed, "
-            f"{r.get('unchanged', 0)} unchanged; {r.get('chunks_written', 0)} chunks written"
+            f"{self.name}: {counted(r.get('seen', 0), 'article')} read — {r.get('new', 0)} new, "
+            f"{r.get('changed', 0)} changed, {r.get('unchanged', 0)} unchanged; "
+            f"{counted(r.get('chunks_written', 0), 'chunk')} written"
         )
         if self.skipped:
             text += f"; {len(self.skipped)} skipped (see below)"

@@ -284,8 +284,8 @@ def test_ingest_page_ingests_jsonl_and_markdown(uploads_on: Path) -> None:
     jsonl = (json.dumps(ARTICLE) + "\n").encode()
     upload(at, ("ferns.jsonl", jsonl), ("cacti.md", b"# Cacti\n\nWater cacti once a month.\n"))
     assert [s.value for s in at.success] == [
-        "ferns.jsonl: 1 articles read — 1 new, 0 changed, 0 unchanged; 1 chunks written",
-        "cacti.md: 1 articles read — 1 new, 0 changed, 0 unchanged; 1 chunks written",
+        "ferns.jsonl: 1 article read — 1 new, 0 changed, 0 unchanged; 1 chunk written",
+        "cacti.md: 1 article read — 1 new, 0 changed, 0 unchanged; 1 chunk written",
     ]
     assert "2 articles" in at.sidebar.caption[0].value
     at.switch_page("ragidx/dashboard/pages/chat.py").run()  # the chat page now answers from the upload
@@ -301,7 +301,7 @@ def test_a_russian_upload_on_an_english_only_model_says_what_to_use(uploads_on: 
         "text": "Поливайте папоротники дважды в неделю.",
     }
     at = upload(start("ingest"), ("ferns_ru.jsonl", (json.dumps(article, ensure_ascii=False) + "\n").encode()))
-    assert at.success[0].value.startswith("ferns_ru.jsonl: 1 articles read — 1 new")
+    assert at.success[0].value.startswith("ferns_ru.jsonl: 1 article read — 1 new")
     assert len(at.warning) == 1 and "does not read (ru: 1" in at.warning[0].value
     assert "RAGIDX_EMBED_MODEL=e5-multilingual" in at.warning[0].value
 
