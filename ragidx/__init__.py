@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +16,40 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 __version__ = "0.1.0"
-__all__ = ["Article", "Engine", "Settings", "__version__", "register_reader"]
+__all__ = [
+    "Article",
+    "ArticleGrouper",
+    "ArticleSource",
+    "DocstoreArticles",
+    "Engine",
+    "FlashReranker",
+    "OfflineChunkReranker",
+    "Settings",
+    "__version__",
+    "assign_ranks",
+    "register_reader",
+]
+
+# LlamaIndex node postprocessors and what they read, importable from the top (lazily, like the rest).
+_RETRIEVAL = {
+    "ArticleGrouper": "ragidx.retrieval.article_grouper",
+    "ArticleSource": "ragidx.retrieval.article_grouper",
+    "DocstoreArticles": "ragidx.retrieval.docstore_articles",
+    "FlashReranker": "ragidx.retrieval.flash.reranker",
+    "OfflineChunkReranker": "ragidx.retrieval.offline_reranker",
+    "assign_ranks": "ragidx.retrieval.ranks",
+}
 
 if TYPE_CHECKING:
     from ingestion.formats import register_reader
     from ragidx.article import Article
     from ragidx.config import Settings
     from ragidx.engine import Engine
+    from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource
+    from ragidx.retrieval.docstore_articles import DocstoreArticles
+    from ragidx.retrieval.flash.reranker import FlashReranker
+    from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+    from ragidx.retrieval.ranks import assign_ranks
 
 
 def __getattr__(name: str) -> Any:
@@ -42,4 +70,6 @@ def __getattr__(name: str) -> Any:
         from ingestion.formats import register_reader
 
         return register_reader
+    if name in _RETRIEVAL:
+        return getattr(importlib.import_module(_RETRIEVAL[name]), name)
     raise AttributeError(f"module 'ragidx' has no attribute {name!r}")

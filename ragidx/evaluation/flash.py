@@ -91,7 +91,7 @@ async def evaluate_flash(
     """
     if retriever.article_reranker is not None:
         raise ValueError("pass the chain without an article reranker: flash is the stage under test")
-    k = flash.max_topics
+    k = flash.top_n
     flash_rows: list[dict[str, float]] = []
     chain_rows: list[dict[str, float]] = []
     ceiling: list[float] = []

@@ -1,8 +1,12 @@
 """ArticleGrouper: ranked chunks in, ranked whole articles out.
 
-Chunks are grouped by ``kb_id``; an article's score is the MAX score of its chunks (after a reranker
-that is the rerank score). The complete articles are loaded from the article store, sorted best
-first, and returned as new article nodes (``id_`` = kb_id, text = the full article) carrying:
+Chunks are grouped by article: a chunk's ``kb_id`` metadata, else its source document (``ref_doc_id``, what
+a stock ``VectorStoreIndex``'s chunks carry). An article's score is the MAX score of its chunks (after a
+reranker that is the rerank score). The complete articles are read from where whole articles are: ragidx's
+article store, any ``ArticleSource`` (an object with ``get(kb_ids, *, principal=None)``), or a LlamaIndex
+docstore (``docstore=index.docstore``; see ``ragidx.retrieval.docstore_articles``). They are sorted best
+first and returned as new article nodes (``id_`` = kb_id, text = the full article) carrying
+(``ragidx.retrieval.ranks``, the rule every reordering stage follows):
 
 - ``rerank_score``: the article's best chunk score;
 - ``normalized_rank``: 0.0 for the best returned article … 1.0 for the worst (a lone article: 0.0);
@@ -20,6 +24,10 @@ Equal scores keep the order in which the articles' best chunks arrived. An optio
 ``score_threshold`` drops articles below it before ranks are assigned; scores are only comparable
 for one reranker on one store, so set it per configuration, never as a universal constant.
 
+It serializes like any LlamaIndex component: ``to_dict()`` holds its settings (``top_n``,
+``score_threshold``); where the articles come from is not serializable and is given again to ``from_dict``
+(``ArticleGrouper.from_dict(data, docstore=index.docstore)`` or ``articles=store``).
+
 Example:
     >>> from ragidx.stores.article_store import ArticleStore
     >>> grouper = ArticleGrouper(ArticleStore(":memory:"), top_n=5)
@@ -32,27 +40,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.base import BaseEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from ragidx.article import (
-    ARTICLE_RANK,
     LOCATION,
     MATCHED_CHUNKS,
     MATCHED_SPANS,
-    NORMALIZED_RANK,
-    RERANK_SCORE,
     Article,
 )
+from ragidx.retrieval.docstore_articles import DocstoreArticles
+from ragidx.retrieval.ranks import assign_ranks
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal
 
 __all__ = [
     "ARTICLE_FIELDS",
+    "DocstoreArticles",
     "ArticleGroup",
     "ArticleGrouper",
     "ArticleSource",
@@ -69,8 +78,19 @@ ARTICLE_FIELDS = ("kb_id", "title", "url", "language")
 """Article attributes an article node carries in its metadata (``article_from_node`` strips them)."""
 
 
+@runtime_checkable
 class ArticleSource(Protocol):
-    """Where whole articles come from (``ArticleStore`` has this): only those ``principal`` may read."""
+    """Where whole articles come from: ``get`` returns, by kb_id, the articles among ``kb_ids`` that ``principal``
+    (None: the public) may read; an id it does not hold is left out. ``ArticleStore`` is one; ``DocstoreArticles``
+    makes one of a LlamaIndex docstore; any object with this method will do.
+
+    Example:
+        >>> class Articles:
+        ...     def get(self, kb_ids, *, principal=None):
+        ...         return {k: Article(k, k.title(), "", f"All about {k}.") for k in kb_ids if k == "tables"}
+        >>> isinstance(Articles(), ArticleSource), Articles().get(["tables", "x"])["tables"].content
+        (True, 'All about tables.')
+    """
 
     def get(self, kb_ids: Sequence[str], *, principal: Principal | None = None) -> Mapping[str, Article]: ...
 
@@ -218,6 +238,13 @@ def article_from_node(node: NodeWithScore) -> Article:
 class ArticleGrouper(BaseNodePostprocessor):
     """Turns ranked chunk nodes into ranked whole-article nodes (see the module docstring).
 
+    Args:
+        articles: where whole articles come from: an ``ArticleSource`` (ragidx's ``ArticleStore``), or a
+            LlamaIndex docstore.
+        docstore: a LlamaIndex docstore to read whole articles from (``index.docstore``), instead of ``articles``.
+        top_n: articles kept (None: every matched article).
+        score_threshold: drop articles whose best chunk scores below this.
+
     Example:
         >>> from ragidx.stores.article_store import ArticleStore
         >>> store = ArticleStore(":memory:")
@@ -234,9 +261,21 @@ class ArticleGrouper(BaseNodePostprocessor):
 
     _articles: ArticleSource = PrivateAttr()
 
-    def __init__(self, articles: ArticleSource, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        articles: ArticleSource | BaseDocumentStore | None = None,
+        *,
+        docstore: BaseDocumentStore | None = None,
+        **kwargs: Any,
+    ) -> None:
+        source = _source(articles, docstore)
         super().__init__(**kwargs)
-        self._articles = articles
+        self._articles = source
+
+    @property
+    def articles(self) -> ArticleSource:
+        """Where this grouper reads whole articles."""
+        return self._articles
 
     @classmethod
     def class_name(cls) -> str:
@@ -286,20 +325,17 @@ class ArticleGrouper(BaseNodePostprocessor):
         if top_n is not None:
             kept = kept[:top_n]
         out = []
-        last = len(kept) - 1
-        for rank, g in enumerate(kept):
+        for g in kept:
             stored = loaded[g.kb_id]  # a document's ``sections`` stay: a citation finds its sentence's section by them
             article = stored.with_metadata(
                 **({LOCATION: g.location} if g.location else {}),
                 **{
-                    RERANK_SCORE: g.score,
-                    NORMALIZED_RANK: rank / last if last > 0 else 0.0,
-                    ARTICLE_RANK: rank,
                     MATCHED_CHUNKS: list(g.chunk_ids),
                     MATCHED_SPANS: matched_spans(stored.content, g.chunk_texts[:MAX_SPANS]),
                 },
             )
             out.append(article_to_node(article, g.score))
+        out = assign_ranks(out)  # rerank_score: the best chunk's score; ranks by this order
         dispatcher.event(
             ArticlesGroupedEvent(
                 query=query,
@@ -311,3 +347,24 @@ class ArticleGrouper(BaseNodePostprocessor):
         )
         logger.debug("grouped %d chunks into %d articles", len(nodes), len(out))
         return out
+
+
+def _source(articles: ArticleSource | BaseDocumentStore | None, docstore: BaseDocumentStore | None) -> ArticleSource:
+    """Where a grouper reads whole articles, from what its caller gave."""
+    if articles is not None and docstore is not None:
+        raise ValueError("ArticleGrouper reads whole articles from one place: pass articles= or docstore=, not both")
+    given = docstore if docstore is not None else articles
+    if given is None:
+        raise TypeError(
+            "ArticleGrouper needs where whole articles come from: ArticleGrouper(docstore=index.docstore), "
+            "ArticleGrouper(article_store) or any object with get(kb_ids, *, principal=None); when rebuilding "
+            "one from to_dict(), pass it again: ArticleGrouper.from_dict(data, docstore=index.docstore)"
+        )
+    if isinstance(given, BaseDocumentStore):
+        return DocstoreArticles(given)
+    if not callable(getattr(type(given), "get", None)):  # the type, not the object: a remote store is not asked
+        raise TypeError(
+            f"ArticleGrouper cannot read whole articles from a {type(given).__name__}: give it a LlamaIndex "
+            "docstore (docstore=index.docstore) or an object with get(kb_ids, *, principal=None)"
+        )
+    return given

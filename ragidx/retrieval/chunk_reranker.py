@@ -4,8 +4,9 @@ A subclass only says how to score: ``_score(query, texts)`` returns ``(index, sc
 ``index`` points into the list of candidates it was given (an API may return fewer results, in its
 own order). This base class then builds *new* nodes, best first, each with the retrieval score under
 ``metadata["retrieval_score"]`` and the rerank score under ``metadata["rerank_score"]`` (and as
-``NodeWithScore.score``), emits LlamaIndex ``ReRankStartEvent``/``ReRankEndEvent``, and never touches
-the input nodes.
+``NodeWithScore.score``) and their ranks by the new order (``article_rank``, ``normalized_rank``: see
+``ragidx.retrieval.ranks``, the rule every reordering stage follows), emits LlamaIndex
+``ReRankStartEvent``/``ReRankEndEvent``, and never touches the input nodes.
 
 Example:
     >>> class LengthReranker(ChunkReranker):
@@ -34,6 +35,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from ragidx.article import RERANK_SCORE
+from ragidx.retrieval.ranks import assign_ranks
 
 __all__ = ["RETRIEVAL_SCORE", "RERANK_KEYS", "ChunkReranker", "chunk_text", "with_scores"]
 
@@ -153,7 +155,7 @@ class ChunkReranker(BaseNodePostprocessor):
         order = sorted(best, key=lambda i: (-best[i], i))
         if self.top_n is not None:
             order = order[: self.top_n]
-        out = [with_scores(nodes[i], best[i]) for i in order]
+        out = assign_ranks([with_scores(nodes[i], best[i]) for i in order])
         dispatcher.event(ReRankEndEvent(nodes=out))
         logger.debug("%s kept %d of %d chunks", self.class_name(), len(out), len(nodes))
         return out

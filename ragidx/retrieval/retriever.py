@@ -44,10 +44,11 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from ragidx.article import ARTICLE_RANK, MATCHED_SPANS, NORMALIZED_RANK, RERANK_SCORE, Article
+from ragidx.article import ARTICLE_RANK, MATCHED_SPANS, RERANK_SCORE, Article
 from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, article_from_node, article_to_node
 from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS
 from ragidx.retrieval.flash.reranker import FLASH_EXCERPT
+from ragidx.retrieval.ranks import assign_ranks, ranks_of
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal, scoped_filters
 from ragidx.stores.fusion import FUSIONS, Fusion
 
@@ -340,9 +341,9 @@ def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -
         if kb_id in by_id and all(a.kb_id != kb_id for a, _ in picked):
             picked.append((by_id[kb_id], node))
     picked = picked[:top_k]
-    last = len(picked) - 1
+    ranked = assign_ranks([node for _, node in picked])  # the one rank rule (ragidx.retrieval.ranks)
     out = []
-    for rank, (article, node) in enumerate(picked):
+    for (article, _), node in zip(picked, ranked, strict=True):
         reranked = article_from_node(node)
         extra = {k: v for k, v in reranked.metadata.items() if k not in article.metadata}
         if EXCERPT_OF_CHARS in extra:  # flash's excerpt is what the answer reads; its spans were the article's
@@ -354,9 +355,7 @@ def _reranked(articles: list[Article], nodes: list[NodeWithScore], top_k: int) -
                 **{
                     CHAIN_RANK: article.metadata.get(ARTICLE_RANK),
                     CHAIN_SCORE: article.metadata.get(RERANK_SCORE),
-                    RERANK_SCORE: 0.0 if node.score is None else float(node.score),
-                    NORMALIZED_RANK: rank / last if last > 0 else 0.0,
-                    ARTICLE_RANK: rank,
+                    **ranks_of(node.node.metadata),
                 },
             )
         )

@@ -54,7 +54,7 @@ def test_flash_follows_settings_local_and_endpoint(monkeypatch: pytest.MonkeyPat
     local = Settings(top_k=4)
     assert local.flash.enabled
     flash = build_flash_reranker(local, ScriptedLLM([]))
-    assert (flash.max_candidates, flash.max_topics) == (12, 4)
+    assert (flash.max_candidates, flash.top_n) == (12, 4)
     # the local Qwen gets the protocol it follows, and CPU-sized time
     assert (flash.tool_mode, flash.inline_tool_results, flash.response_format) == ("forced", True, "json_object")
     assert flash.timeout_s == 300.0 and flash.context_window == local.llm.context_window
@@ -63,7 +63,7 @@ def test_flash_follows_settings_local_and_endpoint(monkeypatch: pytest.MonkeyPat
     remote = Settings(flash=FlashSettings(enabled=True, llm=endpoint, max_topics=3, timeout_s=None))
     flash = build_flash_reranker(remote, ScriptedLLM([]))
     assert (flash.tool_mode, flash.inline_tool_results, flash.response_format) == ("auto", False, "none")
-    assert (flash.timeout_s, flash.max_topics, flash.context_window) == (10.0, 3, 128_000)
+    assert (flash.timeout_s, flash.top_n, flash.context_window) == (10.0, 3, 128_000)
 
 
 def test_retriever_hands_flash_its_candidate_count(tmp_path: Path) -> None:

@@ -132,7 +132,11 @@ def test_constructor_touches_nothing(tmp_path: Path) -> None:
         def __getattr__(self, name: str) -> object:
             raise AssertionError(f"constructor used {name}")
 
-    ArticleRetriever(Exploding(), Exploding(), Exploding())  # type: ignore[arg-type]
+    class ExplodingSource(Exploding):  # an article source (it has get), never called by the constructor
+        def get(self, *args: object, **kwargs: object) -> object:
+            raise AssertionError("constructor read articles")
+
+    ArticleRetriever(Exploding(), ExplodingSource(), Exploding())  # type: ignore[arg-type]
 
 
 # --- the article reranker step (flash) ---------------------------------------------------------------
@@ -146,7 +150,7 @@ def _flash_choice(messages, call):  # type: ignore[no-untyped-def]
 
 def test_article_reranker_orders_the_result_and_ranks_are_recomputed(kb) -> None:  # type: ignore[no-untyped-def]
     llm = ScriptedLLM([_flash_choice])
-    flash = FlashReranker(llm, max_topics=5)
+    flash = FlashReranker(llm, top_n=5)
     retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3, article_reranker=flash, article_candidates=6)
     chain = make(kb, reranker=OfflineChunkReranker(), top_k=6).retrieve("insert a table of contents")
 
@@ -166,7 +170,7 @@ def test_article_reranker_orders_the_result_and_ranks_are_recomputed(kb) -> None
 
 
 def test_article_reranker_caps_at_top_k_and_honours_nothing_relevant(kb) -> None:  # type: ignore[no-untyped-def]
-    flash = FlashReranker(ScriptedLLM([_flash_choice, '{"topics": []}']), max_topics=5)
+    flash = FlashReranker(ScriptedLLM([_flash_choice, '{"topics": []}']), top_n=5)
     retriever = make(kb, top_k=1, article_reranker=flash, article_candidates=6)
     assert [a.kb_id for a in retriever.retrieve("insert a table of contents")] == ["toc"]
     assert retriever.retrieve("insert a table of contents") == []
@@ -179,7 +183,7 @@ def test_async_article_reranker_matches_sync(kb) -> None:  # type: ignore[no-unt
 
 
 def test_a_failing_flash_model_still_returns_the_chain_top_k(kb) -> None:  # type: ignore[no-untyped-def]
-    flash = FlashReranker(ScriptedLLM([RuntimeError("502 bad gateway")]), max_topics=3)
+    flash = FlashReranker(ScriptedLLM([RuntimeError("502 bad gateway")]), top_n=3)
     retriever = make(kb, top_k=3, article_reranker=flash, article_candidates=6)
     chain = make(kb, top_k=3).retrieve("insert a table")
     articles = retriever.retrieve("insert a table")
@@ -199,7 +203,7 @@ def test_a_flash_excerpt_becomes_the_articles_content_marked_with_where_the_whol
         excerpt = "You can also draw a table with the mouse."
         return f'{{"topics": [{{"id": {ids["Insert a table"]}, "reason": "r", "excerpt": "{excerpt}"}}]}}'
 
-    flash = FlashReranker(ScriptedLLM([excerpt_of_tables]), max_topics=3, excerpt_threshold_chars=1000)
+    flash = FlashReranker(ScriptedLLM([excerpt_of_tables]), top_n=3, excerpt_threshold_chars=1000)
     retriever = make(kb, reranker=OfflineChunkReranker(), top_k=3, article_reranker=flash, article_candidates=6)
 
     (article,) = retriever.retrieve("insert a table")

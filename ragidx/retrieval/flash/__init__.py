@@ -2,7 +2,7 @@
 
 Example:
     >>> from ragidx.retrieval.flash import FlashReranker, QueryContextualizer
-    >>> flash = FlashReranker(llm, max_topics=5)  # doctest: +SKIP
+    >>> flash = FlashReranker(llm, top_n=5)  # doctest: +SKIP
     >>> result = flash.rerank_detailed(query, article_nodes)  # doctest: +SKIP
 """
 

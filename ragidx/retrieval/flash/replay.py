@@ -8,7 +8,7 @@ around that LLM, and returns the new ``FlashResult`` to compare with ``trace.dec
 
 Example:
     >>> trace = FlashTrace.load("traces/flash-20260104T101500-1a2b3c4d.json")  # doctest: +SKIP
-    >>> new = replay(trace, lambda llm: FlashReranker(llm, max_topics=3))  # doctest: +SKIP
+    >>> new = replay(trace, lambda llm: FlashReranker(llm, top_n=3))  # doctest: +SKIP
     >>> (new.decision, new.selected_kb_ids) == (trace.decision, trace.selected_kb_ids[:3])  # doctest: +SKIP
 """
 

@@ -11,9 +11,9 @@ metrics' fallbacks with that reason, whatever the reply says (a safety net for e
 ``tool_choice``).
 
 Fallback ladder (``FlashResult.decision`` / ``.source``): a valid answer is accepted; after a tool
-call, invalid JSON, a timeout or too many tool calls return the first ``max_topics`` ids the model asked
+call, invalid JSON, a timeout or too many tool calls return the first ``top_n`` ids the model asked
 to read; no usable answer without a tool call, or an API error at any turn, returns the upstream
-order's top ``max_topics`` (an endpoint that fails mid-rerank says nothing about the requested ids).
+order's top ``top_n`` (an endpoint that fails mid-rerank says nothing about the requested ids).
 ``timeout_s`` is one budget for all turns together.
 
 Two tool protocols (``tool_mode``): ``auto`` offers the tool on every call (OpenAI, OpenRouter, vLLM);
@@ -27,6 +27,12 @@ that llama-cpp-python's server understands (it rejects ``json_schema``).
 
 The final selection is read only from the assistant's own final message; tool calls only from the
 response's tool-call blocks. Article text goes to the model fenced as data and can change neither.
+
+As a LlamaIndex postprocessor it composes like any reranker: ``top_n`` (``max_topics`` is its old name, kept for
+one release with a ``DeprecationWarning``), its prompts through ``get_prompts``/``update_prompts``
+(``system_prompt``, ``user_prompt``, ``tool_limit_prompt``: ``ragidx.retrieval.flash.prompts``), ranks on its
+output by its order (``article_rank``, ``normalized_rank``, ``rerank_score``: ``ragidx.retrieval.ranks``), and
+``to_dict()``/``from_dict(data, llm=...)`` for its settings and replaced prompts (the model is given again).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +55,8 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import FunctionTool
 from prometheus_client import CollectorRegistry
@@ -62,11 +71,14 @@ from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS, excerpt_text, snap
 from ragidx.retrieval.flash.metrics import FlashMetrics
 from ragidx.retrieval.flash.parsing import JsonRepair, coerce_id, parse_answer
 from ragidx.retrieval.flash.prompts import (
+    PROMPT_TEXTS,
     TOOL_DESCRIPTION,
     TOOL_NAME,
     FlashCandidate,
     answer_response_format,
+    checked,
     content_block,
+    default_prompts,
     system_prompt,
     tool_limit_note,
     turn1_user_prompt,
@@ -82,6 +94,7 @@ from ragidx.retrieval.flash.trace import (
     TraceToolCall,
     TraceTurn,
 )
+from ragidx.retrieval.ranks import assign_ranks
 from ragidx.sync_call import run_sync
 
 __all__ = ["FLASH_METADATA_KEYS", "FlashReranker", "FlashResult", "FlashSelection"]
@@ -132,12 +145,16 @@ class _Run:
 
 
 class FlashReranker(BaseNodePostprocessor):
-    """Agentic LLM reranker: the model reads summaries, loads what it needs, picks up to ``max_topics``.
+    """Agentic LLM reranker: the model reads summaries, loads what it needs, picks up to ``top_n``.
 
     Use it after (or instead of) a chunk reranker, on nodes that hold whole articles (``TextNode`` with
     the full text; ``metadata["kb_id"]`` or ``node.id_`` is the kb_id; ``title``/``url``/``date``
     optional). Returns new nodes in the model's order with ``flash_reason``/``flash_excerpt`` metadata
-    and a position score; ``last_result`` (or ``rerank_detailed``) gives the full ``FlashResult``.
+    and a position score (also its ``rerank_score``; ``article_rank``/``normalized_rank`` by the model's order);
+    ``last_result`` (or ``rerank_detailed``) gives the full ``FlashResult``.
+
+    The prompts (``system_prompt``, ``user_prompt``, ``tool_limit_prompt``; ``ragidx.retrieval.flash.prompts``)
+    are replaced through ``prompts=`` or ``update_prompts`` (LlamaIndex's ``PromptMixin``).
 
     Metrics go to ``registry`` (default: a private one) or to a shared ``metrics`` (``FlashMetrics``);
     ``clock``/``today`` are injectable for tests and replays.
@@ -146,7 +163,7 @@ class FlashReranker(BaseNodePostprocessor):
         >>> from llama_index.llms.openai_like import OpenAILike
         >>> llm = OpenAILike(model="qwen3", api_base="http://localhost:8080/v1", api_key="x",
         ...                  is_chat_model=True, is_function_calling_model=True)
-        >>> flash = FlashReranker(llm, max_topics=5, timeout_s=10.0)
+        >>> flash = FlashReranker(llm, top_n=5, timeout_s=10.0)
         >>> engine = index.as_query_engine(node_postprocessors=[grouper, flash])  # doctest: +SKIP
         >>> result = flash.rerank_detailed("how do I rotate keys?", nodes)  # doctest: +SKIP
         >>> result.decision, result.selected_kb_ids, result.reasons  # doctest: +SKIP
@@ -159,7 +176,7 @@ class FlashReranker(BaseNodePostprocessor):
     """
 
     max_candidates: int = Field(default=50, gt=0, description="Candidates shown to the model (turn 1).")
-    max_topics: int = Field(default=5, gt=0, description="Most candidates returned.")
+    top_n: int = Field(default=5, gt=0, description="Most candidates returned (formerly max_topics).")
     max_tool_calls: int = Field(default=3, ge=0, description="Most get_topics_content calls per rerank.")
     timeout_s: float = Field(default=10.0, gt=0, description="Total time budget for all turns, in seconds.")
     excerpt_threshold_chars: int = Field(
@@ -208,10 +225,11 @@ class FlashReranker(BaseNodePostprocessor):
     _tool: FunctionTool = PrivateAttr()
     _last_result: FlashResult | None = PrivateAttr(default=None)
     _contextualizer: QueryContextualizer | None = PrivateAttr(default=None)
+    _prompts: dict[str, BasePromptTemplate] = PrivateAttr(default_factory=default_prompts)
 
     def __init__(
         self,
-        llm: FunctionCallingLLM,
+        llm: FunctionCallingLLM | None = None,
         *,
         registry: CollectorRegistry | None = None,
         metrics: FlashMetrics | None = None,
@@ -219,13 +237,20 @@ class FlashReranker(BaseNodePostprocessor):
         clock: Callable[[], float] | None = None,
         today: Callable[[], dt.date] | None = None,
         contextualizer: QueryContextualizer | None = None,
+        prompts: Mapping[str, BasePromptTemplate | str] | None = None,
         **settings: Any,
     ) -> None:
+        if llm is None:
+            raise TypeError(
+                "FlashReranker needs the model that reranks: FlashReranker(llm, ...); when rebuilding one from "
+                "to_dict(), pass it again: FlashReranker.from_dict(data, llm=llm)"
+            )
         if not isinstance(llm, FunctionCallingLLM):
             raise TypeError(
                 f"FlashReranker needs a FunctionCallingLLM (e.g. OpenAILike(..., is_function_calling_model="
                 f"True)), got {type(llm).__name__}; wrap plain LLMs in a chunk reranker instead"
             )
+        _take_old_names(settings)
         unknown = sorted(set(settings) - set(type(self).model_fields))
         if unknown:
             valid = ", ".join(sorted(k for k in type(self).model_fields if k != "callback_manager"))
@@ -242,10 +267,41 @@ class FlashReranker(BaseNodePostprocessor):
             fn=_tool_stub, name=TOOL_NAME, description=TOOL_DESCRIPTION, fn_schema=_TopicIds
         )
         self._contextualizer = contextualizer
+        self._prompts = default_prompts()
+        if prompts:
+            self._prompts.update(checked(prompts))  # text is taken as a template too
 
     @classmethod
     def class_name(cls) -> str:
         return "FlashReranker"
+
+    @property
+    def max_topics(self) -> int:
+        """Deprecated: ``top_n`` (the name every LlamaIndex reranker uses)."""
+        warnings.warn(_OLD_NAME_WARNING, DeprecationWarning, stacklevel=2)
+        return self.top_n
+
+    # --- prompts (LlamaIndex's PromptMixin) ----------------------------------------------------------
+    def _get_prompts(self) -> PromptDictType:
+        """``system_prompt``, ``user_prompt`` and ``tool_limit_prompt`` (see ``ragidx.retrieval.flash.prompts``)."""
+        return dict(self._prompts)
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        """Replace prompts by name; an unknown name or a replacement without a required variable is refused."""
+        self._prompts.update(checked(prompts_dict))
+
+    # --- serialization -------------------------------------------------------------------------------
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """The settings, and the text of each prompt that was replaced (under ``prompts``); not the model."""
+        data = super().to_dict(**kwargs)
+        replaced = {
+            name: prompt.get_template()
+            for name, prompt in self._prompts.items()
+            if prompt.get_template() != PROMPT_TEXTS[name]
+        }
+        if replaced:
+            data["prompts"] = replaced
+        return data
 
     @property
     def llm(self) -> FunctionCallingLLM:
@@ -324,7 +380,7 @@ class FlashReranker(BaseNodePostprocessor):
         """
         bundle = query if isinstance(query, QueryBundle) else QueryBundle(query_str=query)
         dispatcher.event(
-            ReRankStartEvent(query=bundle, nodes=list(nodes), top_n=self.max_topics, model_name=self._model_name())
+            ReRankStartEvent(query=bundle, nodes=list(nodes), top_n=self.top_n, model_name=self._model_name())
         )
         result = await self._rerank(bundle.query_str, list(nodes), conversation, user_facts, today)
         self._last_result = result
@@ -391,12 +447,19 @@ class FlashReranker(BaseNodePostprocessor):
             return self._finish(run, shown, FlashDecision.NO_CANDIDATES, started)
 
         system = system_prompt(
-            max_topics=self.max_topics,
+            top_n=self.top_n,
             max_tool_calls=self.max_tool_calls,
             excerpt_threshold=self.excerpt_threshold_chars,
+            template=self._prompts["system_prompt"],
         )
         user = turn1_user_prompt(
-            query=query, candidates=candidates, today=day, conversation=convo, user_facts=user_facts, message=original
+            query=query,
+            candidates=candidates,
+            today=day,
+            conversation=convo,
+            user_facts=user_facts,
+            message=original,
+            template=self._prompts["user_prompt"],
         )
         run.messages = [
             ChatMessage(role=MessageRole.SYSTEM, content=system),
@@ -417,7 +480,7 @@ class FlashReranker(BaseNodePostprocessor):
             forced = offer_tool and self.tool_mode == "forced"
             options: dict[str, Any] = {}
             if self.response_format != "none" and (run.tool_calls > 0 or not offer_tool):
-                options["response_format"] = answer_response_format(self.max_topics, self.response_format)
+                options["response_format"] = answer_response_format(self.top_n, self.response_format)
             turn = TraceTurn(
                 new_messages=[_trace_message(m) for m in run.messages[run.recorded :]],
                 options={"response_format": "response_format" in options, "tools": offer_tool, "forced": forced},
@@ -481,7 +544,10 @@ class FlashReranker(BaseNodePostprocessor):
                     )
                 if run.tool_calls >= self.max_tool_calls:
                     run.messages.append(
-                        ChatMessage(role=MessageRole.USER, content=tool_limit_note(self.max_tool_calls))
+                        ChatMessage(
+                            role=MessageRole.USER,
+                            content=tool_limit_note(self.max_tool_calls, self._prompts["tool_limit_prompt"]),
+                        )
                     )
                 continue
             if forced:
@@ -555,7 +621,7 @@ class FlashReranker(BaseNodePostprocessor):
             if cand is None:
                 run.invent(topic.id)
                 continue
-            if len(selections) >= self.max_topics:
+            if len(selections) >= self.top_n:
                 continue
             excerpt = None
             if topic.excerpt is not None:
@@ -583,14 +649,14 @@ class FlashReranker(BaseNodePostprocessor):
             source, selections = SelectionSource.NONE, []
         elif run.requested and decision is not FlashDecision.API_ERROR:
             source = SelectionSource.TOOL_REQUESTS
-            selections = [FlashSelection(cid, run.by_id[cid].kb_id) for cid in run.requested[: self.max_topics]]
+            selections = [FlashSelection(cid, run.by_id[cid].kb_id) for cid in run.requested[: self.top_n]]
         else:
             source = SelectionSource.UPSTREAM
-            selections = [FlashSelection(c.display_id, c.kb_id) for c in run.candidates[: self.max_topics]]
+            selections = [FlashSelection(c.display_id, c.kb_id) for c in run.candidates[: self.top_n]]
         selections = selections or []
         if decision is not FlashDecision.ACCEPTED and decision is not FlashDecision.NO_CANDIDATES:
             logger.warning("flash rerank fell back: %s -> %s (%s)", decision.value, source.value, run.error)
-        out_nodes = _output_nodes(shown, selections, decision, excerpt_as_text=self.excerpt_replaces_text)
+        out_nodes = assign_ranks(_output_nodes(shown, selections, decision, excerpt_as_text=self.excerpt_replaces_text))
         trace = run.trace
         trace.decision, trace.source = decision, source
         trace.selected_kb_ids = [s.kb_id for s in selections]
@@ -670,6 +736,23 @@ class FlashReranker(BaseNodePostprocessor):
             trace.save(path)
         except OSError as exc:
             logger.warning("flash rerank: could not save trace to %s: %s", path, exc)
+
+
+_OLD_NAME_WARNING = (
+    "FlashReranker's max_topics is now top_n, the name every LlamaIndex reranker uses; max_topics will be "
+    "removed in the next release"
+)
+
+
+def _take_old_names(settings: dict[str, Any]) -> None:
+    """Settings given under an old name (``max_topics``) moved to the new one, with a ``DeprecationWarning``."""
+    if "max_topics" not in settings:
+        return
+    old = settings.pop("max_topics")
+    warnings.warn(_OLD_NAME_WARNING, DeprecationWarning, stacklevel=3)
+    if "top_n" in settings and settings["top_n"] != old:
+        raise ValueError(f"max_topics={old} and top_n={settings['top_n']} disagree; pass top_n only")
+    settings["top_n"] = old
 
 
 def _cut_to(tokens: TokenCounter, text: str, max_tokens: int) -> str:

@@ -47,14 +47,14 @@ def test_replay_reproduces_the_recorded_decision_and_prompts(tmp_path: Path) -> 
 def test_replay_with_a_changed_reranker_shows_the_difference(tmp_path: Path) -> None:
     trace = _record([tool_call(5, 2, 3), ANSWER], tmp_path)
 
-    result = replay(trace, lambda llm: FlashReranker(llm, max_topics=2))
+    result = replay(trace, lambda llm: FlashReranker(llm, top_n=2))
 
     assert result.selected_kb_ids == kb(5, 2)
     assert result.selected_kb_ids != trace.selected_kb_ids
 
 
 def test_replay_defaults_to_the_recorded_settings(tmp_path: Path) -> None:
-    trace = _record([ANSWER], tmp_path, max_topics=1)
+    trace = _record([ANSWER], tmp_path, top_n=1)
     assert replay(trace).selected_kb_ids == kb(5)
 
 
@@ -85,7 +85,7 @@ def test_a_reranker_needing_more_turns_than_recorded_fails_visibly(tmp_path: Pat
 
 
 def test_recorded_settings_this_version_lacks_are_ignored_on_replay(tmp_path: Path, caplog) -> None:
-    trace = _record([ANSWER], tmp_path, max_topics=2)
+    trace = _record([ANSWER], tmp_path, top_n=2)
     trace.settings["setting_from_another_version"] = True
 
     result = replay(trace)

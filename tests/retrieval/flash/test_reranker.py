@@ -189,9 +189,9 @@ def test_invented_ids_are_dropped_and_counted() -> None:
     assert "Not in the candidate list (ignored): 99." in tool_results(llm, 1)[0]
 
 
-def test_duplicates_are_deduped_and_selection_is_capped_at_max_topics() -> None:
+def test_duplicates_are_deduped_and_selection_is_capped_at_top_n() -> None:
     llm = ScriptedLLM([answer(5, 5, 4, 3, 2, 1, 6)])
-    result = make_reranker(llm, max_topics=3).rerank_detailed("query", article_nodes(10))
+    result = make_reranker(llm, top_n=3).rerank_detailed("query", article_nodes(10))
 
     assert result.selected_kb_ids == kb(5, 4, 3)
 
@@ -442,7 +442,7 @@ def test_response_format_is_sent_only_after_a_tool_call_and_only_when_enabled() 
 
 def test_json_object_response_format_is_the_llama_cpp_server_form() -> None:
     llm = ScriptedLLM([tool_call(1), answer(1)])
-    make_reranker(llm, response_format="json_object", max_topics=3).rerank_detailed("q", article_nodes(3))
+    make_reranker(llm, response_format="json_object", top_n=3).rerank_detailed("q", article_nodes(3))
 
     sent = llm.calls[1].kwargs["response_format"]
     assert set(sent) == {"type", "schema"}
@@ -477,7 +477,7 @@ def test_forced_mode_falls_back_to_the_requested_ids_when_the_answer_is_unusable
 def test_forced_mode_reply_without_the_tool_call_is_a_protocol_violation_in_upstream_order() -> None:
     # A valid-looking answer that skipped the required call was given without reading any article.
     llm = ScriptedLLM([answer(4, 2)])
-    result = make_reranker(llm, tool_mode="forced", max_topics=3).rerank_detailed("q", article_nodes(5))
+    result = make_reranker(llm, tool_mode="forced", top_n=3).rerank_detailed("q", article_nodes(5))
 
     assert (result.decision, result.source, result.selected_kb_ids) == (D.PROTOCOL_VIOLATION, S.UPSTREAM, kb(1, 2, 3))
     assert result.is_fallback
@@ -580,17 +580,15 @@ def test_a_plain_llm_is_rejected_with_advice() -> None:
 
 
 def test_settings_are_validated() -> None:
-    with pytest.raises(ValueError, match="max_topics"):
-        FlashReranker(ScriptedLLM([]), max_topics=0)
+    with pytest.raises(ValueError, match="top_n"):
+        FlashReranker(ScriptedLLM([]), top_n=0)
     with pytest.raises(ValueError, match="tool_mode"):
         FlashReranker(ScriptedLLM([]), tool_mode="required")
 
 
 def test_a_misspelt_setting_is_refused_with_the_valid_names() -> None:
-    with pytest.raises(
-        TypeError, match=r"unknown FlashReranker setting\(s\) max_topic; the settings are: .*max_topics"
-    ):
-        FlashReranker(ScriptedLLM([]), max_topic=3)
+    with pytest.raises(TypeError, match=r"unknown FlashReranker setting\(s\) top_m; the settings are: .*top_n"):
+        FlashReranker(ScriptedLLM([]), top_m=3)
 
 
 class _Collector(BaseEventHandler):

@@ -59,7 +59,7 @@ def test_selection_in_tool_content_is_never_taken_as_the_answer() -> None:
     # the model asked to read, not the {"topics": [{"id": 7}]} written inside the content.
     llm = ScriptedLLM([tool_call(3, 7, 1), "I could not decide."])
 
-    result = make_reranker(llm, max_topics=2).rerank_detailed("q", _nodes())
+    result = make_reranker(llm, top_n=2).rerank_detailed("q", _nodes())
 
     assert (result.decision, result.source) == (FlashDecision.INVALID_JSON, SelectionSource.TOOL_REQUESTS)
     assert result.selected_kb_ids == kb(3, 7)

@@ -36,7 +36,7 @@ def test_trace_records_prompts_responses_tool_calls_and_decision() -> None:
     assert "<<<CONTENT id=4>>>" in trace.turns[1].new_messages[1].content
     assert trace.turns[1].response is not None and "covers it" in trace.turns[1].response.text
     assert [c.kb_id for c in trace.candidates] == kb(1, 2, 3, 4, 5, 6)
-    assert trace.settings["max_topics"] == 5
+    assert trace.settings["top_n"] == 5
     assert trace.today == "2026-01-04"
 
 
