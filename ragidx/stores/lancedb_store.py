@@ -41,6 +41,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,9 @@ EMBED_MODEL_KEY = b"ragidx.embed_model"
 """Schema metadata: the ``embed_model`` whose vectors the table holds (:meth:`LanceDBChunkStore.check_embedding`)."""
 VECTOR_INDEX_MIN_ROWS = 20_000
 FINALIZE_ATTEMPTS = 5
+READ_CONSISTENCY_S = 2.0
+"""Seconds after which a read looks for the table's newer version written by another process (``ragidx ingest``
+or a sync beside a running ``ragidx serve``): its new chunks are searched within this time, without a restart."""
 
 
 class LanceDBChunkStore(BasePydanticVectorStore):
@@ -143,7 +147,9 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             import lancedb
 
             Path(self.uri).mkdir(parents=True, exist_ok=True)
-            self._db = lancedb.connect(self.uri)
+            # Another process's writes (an ingest or sync beside a running server) are seen within
+            # READ_CONSISTENCY_S: a read past that interval checks the table's latest version (a local stat).
+            self._db = lancedb.connect(self.uri, read_consistency_interval=timedelta(seconds=READ_CONSISTENCY_S))
         return self._db
 
     def _open(self) -> Any | None:
