@@ -20,6 +20,7 @@ __all__ = [
     "Article",
     "ArticleGrouper",
     "ArticleSource",
+    "ContextBudgetPostprocessor",
     "DocstoreArticles",
     "Engine",
     "FlashReranker",
@@ -34,6 +35,7 @@ __all__ = [
 _RETRIEVAL = {
     "ArticleGrouper": "ragidx.retrieval.article_grouper",
     "ArticleSource": "ragidx.retrieval.article_grouper",
+    "ContextBudgetPostprocessor": "ragidx.budget.postprocessor",
     "DocstoreArticles": "ragidx.retrieval.docstore_articles",
     "FlashReranker": "ragidx.retrieval.flash.reranker",
     "OfflineChunkReranker": "ragidx.retrieval.offline_reranker",
@@ -43,6 +45,7 @@ _RETRIEVAL = {
 if TYPE_CHECKING:
     from ingestion.formats import register_reader
     from ragidx.article import Article
+    from ragidx.budget.postprocessor import ContextBudgetPostprocessor
     from ragidx.config import Settings
     from ragidx.engine import Engine
     from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource

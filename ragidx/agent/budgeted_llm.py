@@ -6,8 +6,22 @@ that runs :class:`~ragidx.budget.ContextBudget` on exactly the messages (and too
 sent, then hands the budgeted messages to the wrapped LLM: results of ragidx's ``retrieve_context`` tool
 are deduplicated across calls by kb_id and compressed in proportion to their rank, old turns are
 summarized, and the prompt never exceeds ``context_window - max_output_tokens`` by the budget's count
-(its safety margin covers a tokenizer that differs from the model's). A prompt whose fixed part alone
-cannot fit raises ``ContextWindowTooSmallError`` instead of being sent.
+(its safety margin covers a tokenizer that differs from the model's).
+
+Context in the prompt: LlamaIndex's response synthesizers and chat engines (``RetrieverQueryEngine``,
+``CondensePlusContextChatEngine``, ...) send retrieved text inside a prompt template, not as tool results. When
+a message holds the context block of a recognised template (``ragidx.budget.prompt_context``: LlamaIndex's text
+QA, tree-summarize and refine templates, chat and text, and the condense-plus-context system message; pass
+``context_markers`` for templates of your own), that block is budgeted as one article (``kb_id``
+``"prompt-context"`` in the report): compressed guided by the question (its ``Query:`` line, else the last
+user message) when the prompt passes the trigger, in the message where it was, the template's text around it
+and the other messages kept (a chat engine's history may be folded or dropped, as in an agent's conversation).
+To make many small calls one (a 1,024-token window split into 19 refine calls), budget the nodes before the
+synthesizer with :class:`~ragidx.budget.postprocessor.ContextBudgetPostprocessor`. A prompt that still cannot
+fit (no block recognised: a condense prompt's long chat history, say) has the middle of its largest non-system
+message cut (its start and end kept), with a warning in the log and ``middle_truncated`` in the report; only
+when even that cannot make it fit (the system prompt or the tool schemas alone are too large) is
+``ContextWindowTooSmallError`` raised. An overflowing prompt is never sent.
 
 With a ``fallback_llm`` (a larger-window model) each call is budgeted for the wrapped LLM first; when the
 budget recommends the larger window (``BudgetReport.fallback_recommended``: the best article would be cut
@@ -52,24 +66,38 @@ from llama_index.core.base.llms.types import (
     CompletionResponseGen,
     LLMMetadata,
     MessageRole,
+    TextBlock,
 )
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import BaseTool
 from pydantic import PrivateAttr
 
-from ragidx.article import SearchResult
-from ragidx.budget import ContextBudget
-from ragidx.budget.messages import message_text, tool_results, with_results
-from ragidx.budget.report import BudgetReport, ContextWindowTooSmallError
+from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, Article, SearchResult
+from ragidx.budget import ContextBudget, Fit
+from ragidx.budget.messages import call_id, message_text, tool_results, with_results
+from ragidx.budget.prompt_context import (
+    PROMPT_CONTEXT_MARKERS,
+    ContextMarker,
+    PromptContext,
+    find_context,
+    truncate_middle,
+)
+from ragidx.budget.report import BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
 from ragidx.sync_call import run_sync
 
 __all__ = ["ROUTE_KEY", "BudgetedLLM"]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 ROUTE_KEY = "ragidx_route"
 """``ChatResponse.additional_kwargs`` key: ``"fallback"`` on responses of the fallback model, else absent."""
+PROMPT_CONTEXT_ID = "prompt-context"
+"""``kb_id`` of the context block of a prompt in a ``BudgetReport`` (see "Context in the prompt" above)."""
+_HOST = "ragidx_context_host"
+_MIN_CUT_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,8 @@ class BudgetedLLM(FunctionCallingLLM):
         context_window / max_output_tokens: override the wrapped LLM's metadata.
         fallback_llm: a larger-window model for the calls the budget says need it (see the module docstring).
         fallback_context_window / fallback_max_output_tokens: override the fallback's metadata.
+        context_markers: the context blocks of prompt templates to recognise (default
+            ``ragidx.budget.prompt_context.PROMPT_CONTEXT_MARKERS``, LlamaIndex's own).
 
     Attributes:
         reports: one :class:`~ragidx.budget.report.BudgetReport` per call, in order (the report of the budget
@@ -110,6 +140,7 @@ class BudgetedLLM(FunctionCallingLLM):
     _fallback_window: int = PrivateAttr(default=0)
     _fallback_max_out: int = PrivateAttr(default=0)
     _routes: list[str | None] = PrivateAttr(default_factory=list)
+    _markers: tuple[ContextMarker, ...] = PrivateAttr(default=PROMPT_CONTEXT_MARKERS)
 
     def __init__(
         self,
@@ -121,10 +152,12 @@ class BudgetedLLM(FunctionCallingLLM):
         fallback_llm: FunctionCallingLLM | None = None,
         fallback_context_window: int | None = None,
         fallback_max_output_tokens: int | None = None,
+        context_markers: Sequence[ContextMarker] | None = None,
     ) -> None:
         super().__init__()
         self._llm = llm
         self._budget = budget
+        self._markers = tuple(context_markers) if context_markers is not None else PROMPT_CONTEXT_MARKERS
         meta = llm.metadata
         self._window = context_window or meta.context_window
         self._max_out = max_output_tokens or meta.num_output
@@ -184,25 +217,14 @@ class BudgetedLLM(FunctionCallingLLM):
 
     async def _aroute(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> _Route:
         """Budget for the wrapped LLM; switch this call to the fallback when the budget says so."""
-        system = [m for m in messages if m.role == MessageRole.SYSTEM]
-        rest = [m for m in messages if m.role != MessageRole.SYSTEM]
-        results = tool_results(rest)
-
-        def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
-            return [*system, *with_results(conversation, sent, results)]
-
-        async def fit(window: int, max_out: int) -> Any:
-            return await self._budget.afit(
-                rest, results, render, tools=tools, context_window=window, max_output_tokens=max_out
-            )
-
         reason: str | None = None
         try:
-            primary = await fit(self._window, self._max_out)
+            primary: Fit | None = await self._afit(messages, tools, self._window, self._max_out)
         except ContextWindowTooSmallError as exc:
             if self._fallback is None or self._fallback_window <= self._window:
-                raise
-            primary, reason = None, f"the {self._window}-token window cannot hold the prompt: {exc}"
+                primary = self._cut_middle(messages, tools, self._window, self._max_out, exc)
+            else:
+                primary, reason = None, f"the {self._window}-token window cannot hold the prompt: {exc}"
         if primary is not None and primary.report.fallback_recommended and self._fallback is not None:
             reason = primary.report.fallback_reason or "the budget recommended a larger window"
         if reason is None or self._fallback is None:
@@ -211,10 +233,132 @@ class BudgetedLLM(FunctionCallingLLM):
             self._routes.append(None)
             return _Route(self._llm, primary.messages, None)
         logger.warning("this call goes to the fallback model: %s", reason)
-        chosen = await fit(self._fallback_window, self._fallback_max_out)
+        try:
+            chosen = await self._afit(messages, tools, self._fallback_window, self._fallback_max_out)
+        except ContextWindowTooSmallError as exc:
+            chosen = self._cut_middle(messages, tools, self._fallback_window, self._fallback_max_out, exc)
         self._reports.append(chosen.report)
         self._routes.append(reason)
         return _Route(self._fallback, chosen.messages, reason)
+
+    async def _afit(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None, window: int, max_out: int
+    ) -> Fit:
+        """The budget on ``messages``: the context block of a recognised template when the prompt has one,
+        else the search results among them (the system messages first)."""
+        found = find_context(messages, self._markers)
+        if found is not None:
+            return await self._afit_context(messages, found, tools, window, max_out)
+        system = [m for m in messages if m.role == MessageRole.SYSTEM]
+        rest = [m for m in messages if m.role != MessageRole.SYSTEM]
+        results = tool_results(rest)
+
+        def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
+            return [*system, *with_results(conversation, sent, results)]
+
+        return await self._budget.afit(
+            rest, results, render, tools=tools, context_window=window, max_output_tokens=max_out
+        )
+
+    async def _afit_context(
+        self,
+        messages: Sequence[ChatMessage],
+        found: PromptContext,
+        tools: Sequence[Any] | None,
+        window: int,
+        max_out: int,
+    ) -> Fit:
+        """The budget on a prompt whose context block a template put in ``messages[found.index]``: the block is
+        one article (rank 0) the budget compresses, guided by the question, in the message where it was; the
+        other messages are the conversation around it (a chat engine's history may be folded or dropped)."""
+        host = messages[found.index]
+        kwargs = copy.deepcopy(host.additional_kwargs)
+        skeleton = ChatMessage(role=host.role, content=found.host_text(""), additional_kwargs={**kwargs, _HOST: True})
+        call = ChatMessage(role=MessageRole.TOOL, content="", additional_kwargs={"tool_call_id": PROMPT_CONTEXT_ID})
+        conversation = [*messages[: found.index], skeleton, *messages[found.index + 1 :], call]
+        block = Article(PROMPT_CONTEXT_ID, "", "", found.block, metadata={NORMALIZED_RANK: 0.0, ARTICLE_RANK: 0})
+
+        def render(kept: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
+            shown = sent.get(PROMPT_CONTEXT_ID) if any(call_id(m) == PROMPT_CONTEXT_ID for m in kept) else None
+            text = shown.articles[0].content if shown is not None and shown.articles else ""
+            out = []
+            for m in kept:
+                if m.additional_kwargs.get(_HOST):
+                    out.append(ChatMessage(role=m.role, content=found.host_text(text), additional_kwargs=kwargs))
+                elif call_id(m) != PROMPT_CONTEXT_ID:
+                    out.append(m)
+            return out
+
+        return await self._budget.afit(
+            conversation,
+            {PROMPT_CONTEXT_ID: SearchResult((block,))},
+            render,
+            tools=tools,
+            question=found.question,
+            context_window=window,
+            max_output_tokens=max_out,
+        )
+
+    def _cut_middle(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Any] | None,
+        window: int,
+        max_out: int,
+        error: ContextWindowTooSmallError,
+    ) -> Fit:
+        """The last resort when the budget cannot fit the prompt (no context block it could compress): the
+        middle of the largest text message that is not a system message is cut (``truncate_middle``) until the
+        prompt fits. Raises ``error`` when even that cannot fit it (the system prompt or tools alone are too
+        large): an overflowing prompt is never sent."""
+        limits = self._budget.limits(window, max_output_tokens=max_out)
+        acc = self._budget.accountant
+        before = acc.count_prompt(messages, tools=tools)
+        texts = [
+            i
+            for i, m in enumerate(messages)
+            if m.role != MessageRole.SYSTEM and m.blocks and all(isinstance(b, TextBlock) for b in m.blocks)
+        ]
+        if not texts:
+            raise error
+        i = max(texts, key=lambda k: acc.count_message(messages[k]))
+        text, sent, total = message_text(messages[i]), list(messages), before
+        keep = acc.tokens.count(text) - (before - limits.hard_limit)
+        while total > limits.hard_limit:
+            if keep < _MIN_CUT_TOKENS:
+                raise error
+            kwargs = copy.deepcopy(messages[i].additional_kwargs)
+            sent[i] = ChatMessage(
+                role=messages[i].role, content=truncate_middle(text, keep, acc.tokens), additional_kwargs=kwargs
+            )
+            total = acc.count_prompt(sent, tools=tools)
+            keep -= max(1, total - limits.hard_limit)
+        report = BudgetReport(
+            context_window=window,
+            trigger_pct=limits.trigger_pct,
+            target_pct=limits.target_pct,
+            trigger_tokens=limits.trigger,
+            target_tokens=limits.target,
+            safety_margin_pct=limits.margin_pct,
+            safety_margin_tokens=limits.margin,
+            reserved_output_tokens=limits.max_output_tokens,
+            hard_limit_tokens=limits.hard_limit,
+            min_article_tokens=limits.min_article_tokens,
+            tokens_before=before,
+            tokens_after=total,
+            path=["middle_truncated"],
+        )
+        logger.warning(
+            "context budget: no context block of a known template in the prompt (ragidx.budget.prompt_context); "
+            "cut the middle of its largest message (%s, %d of its tokens kept) to fit: %d -> %d tokens of %d",
+            messages[i].role.value,
+            acc.tokens.count(message_text(sent[i])),
+            before,
+            total,
+            window,
+        )
+        dispatcher.event(ContextBudgetEvent(report=report))
+        return Fit(sent, list(messages), [], total, report, True)
 
     def _route(self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None) -> _Route:
         route: _Route = run_sync(self._aroute(messages, tools))

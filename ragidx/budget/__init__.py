@@ -22,16 +22,21 @@ from ragidx.budget.extractive import ExtractiveCompressor
 from ragidx.budget.hook import ContextBudget, Fit, Renderer
 from ragidx.budget.llm_summary import LLMSummaryCompressor
 from ragidx.budget.memory import SUMMARY_PREFIX, ConversationMemory, MemoryResult
+from ragidx.budget.postprocessor import ContextBudgetPostprocessor
+from ragidx.budget.prompt_context import PROMPT_CONTEXT_MARKERS, ContextMarker
 from ragidx.budget.report import ArticleOutcome, BudgetReport, ContextBudgetEvent, ContextWindowTooSmallError
 from ragidx.tools.cap import RetrievalCap
 
 __all__ = [
+    "PROMPT_CONTEXT_MARKERS",
     "SUMMARY_PREFIX",
     "ArticleCompressor",
     "ArticleOutcome",
     "BudgetReport",
     "ContextBudget",
     "ContextBudgetEvent",
+    "ContextBudgetPostprocessor",
+    "ContextMarker",
     "ContextWindowTooSmallError",
     "ConversationMemory",
     "ExtractiveCompressor",

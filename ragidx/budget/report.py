@@ -51,7 +51,8 @@ class BudgetReport(BaseModel):
 
     ``path`` lists the steps taken, in order, from: ``below_floor``, ``under_trigger``,
     ``memory_summarized``, ``deduplicated``, ``compressed``, ``truncated``, ``dropped``,
-    ``history_dropped``, ``tool_calls_dropped``, ``fallback_recommended``, ``nothing_to_compress``.
+    ``history_dropped``, ``tool_calls_dropped``, ``fallback_recommended``, ``nothing_to_compress``, and
+    ``middle_truncated`` alone (``BudgetedLLM``'s last resort for a prompt with no context block it recognises).
 
     Example:
         >>> BudgetReport(context_window=4096, tokens_after=3000).tokens_after

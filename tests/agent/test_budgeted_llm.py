@@ -12,7 +12,7 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
 from ragidx.agent.budgeted_llm import BudgetedLLM
-from ragidx.budget import ContextBudget
+from ragidx.budget import ContextBudget, PromptAccountant
 from ragidx.budget.report import ContextWindowTooSmallError
 from ragidx.engine import Engine
 from ragidx.providers.tokenizer import TokenCounter
@@ -140,3 +140,91 @@ def test_without_the_budget_the_tool_returns_top_k(engine: Engine) -> None:
     engine.retrieval_cap.set(None)
     output = engine.retrieve_context_tool().call(query="table of contents")
     assert len(json.loads(output.content)["articles"]) == engine.settings.top_k
+
+
+# --- context that arrives in the prompt (LlamaIndex's synthesizers and chat engines) ------------------------
+ANSWER = "Press Ctrl+F12 to insert a table."
+
+
+def _context(tokens: int) -> str:
+    from tests.budget.helpers import text_of_tokens
+
+    body = text_of_tokens(tokens, seed=3)
+    half = len(body) // 2
+    return body[:half] + " " + ANSWER + " " + body[half:]
+
+
+def _inner(window: int = 2048) -> ScriptedLLM:
+    inner = ScriptedLLM(["ok"], cycle=True)
+    inner.context_window, inner.num_output = window, MAX_OUT
+    return inner
+
+
+def test_context_stuffed_into_a_qa_prompt_is_compressed_guided_by_the_question_not_refused() -> None:
+    from llama_index.core.prompts.chat_prompts import CHAT_TEXT_QA_PROMPT
+
+    inner = _inner()
+    llm = BudgetedLLM(inner, ContextBudget())
+    messages = CHAT_TEXT_QA_PROMPT.format_messages(context_str=_context(5000), query_str="Which key inserts a table?")
+
+    assert llm.chat(messages).message.content == "ok"
+
+    (report,) = llm.reports
+    sent = inner.calls[0].messages
+    assert report.tokens_before > 5000 and "compressed" in report.path
+    assert PromptAccountant().count_prompt(sent) == report.tokens_after <= report.hard_limit_tokens < 2048 - MAX_OUT
+    assert [a.kb_id for a in report.articles] == ["prompt-context"] and report.articles[0].tokens_after > 500
+    assert ANSWER in text_of(sent[1])  # the sentence the question asks about survives
+    assert text_of(sent[0]) == text_of(messages[0])  # the template's system message as it came
+    user = text_of(sent[1])
+    assert user.startswith("Context information is below.")
+    assert user.endswith("Query: Which key inserts a table?\nAnswer: ")
+
+
+def test_a_completion_prompt_and_a_condense_plus_context_system_message_are_fitted_too() -> None:
+    from llama_index.core.chat_engine.condense_plus_context import DEFAULT_CONTEXT_PROMPT_TEMPLATE
+    from llama_index.core.prompts.default_prompts import DEFAULT_TEXT_QA_PROMPT
+
+    inner = _inner()
+    llm = BudgetedLLM(inner, ContextBudget())
+    llm.complete(DEFAULT_TEXT_QA_PROMPT.format(context_str=_context(4000), query_str="Which key inserts a table?"))
+    system = DEFAULT_CONTEXT_PROMPT_TEMPLATE.format(context_str=_context(4000))
+    history = [
+        ChatMessage(role="user", content="And charts?"),
+        ChatMessage(role="assistant", content="Insert - Chart."),
+    ]
+    llm.chat([ChatMessage(role="system", content=system), *history, ChatMessage(role="user", content="Tables?")])
+
+    for call, report in zip(inner.calls, llm.reports, strict=True):
+        assert "compressed" in report.path and report.tokens_after <= report.hard_limit_tokens
+        assert ANSWER in text_of(call.messages[0])
+    assert [text_of(m) for m in inner.calls[1].messages[1:]] == ["And charts?", "Insert - Chart.", "Tables?"]
+
+
+def test_a_prompt_without_a_known_context_block_has_its_largest_message_cut_in_the_middle(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = _inner()
+    llm = BudgetedLLM(inner, ContextBudget())
+    history = "\n".join(f"user: question {i} about tables and charts in Writer" for i in range(600))
+    prompt = f"Rephrase the follow up question.\nChat History:\n{history}\nFollow Up Input: and pages?\nStandalone:"
+
+    with caplog.at_level("WARNING", logger="ragidx.agent.budgeted_llm"):
+        llm.complete(prompt)
+
+    (report,) = llm.reports
+    sent = text_of(inner.calls[0].messages[-1])
+    assert report.path == ["middle_truncated"] and report.tokens_before > 2048
+    assert report.tokens_after <= report.hard_limit_tokens and TokenCounter().count(sent) < 2048 - MAX_OUT
+    assert sent.startswith("Rephrase the follow up question.")
+    assert sent.endswith("Follow Up Input: and pages?\nStandalone:")
+    assert "no context block of a known template" in caplog.text and "cut the middle" in caplog.text
+
+
+def test_a_template_of_ones_own_is_recognised_by_its_markers() -> None:
+    from ragidx.budget.prompt_context import ContextMarker
+
+    inner = _inner()
+    llm = BudgetedLLM(inner, ContextBudget(), context_markers=[ContextMarker("docs", "<docs>", "</docs>")])
+    llm.chat([ChatMessage(role="user", content=f"<docs>{_context(4000)}</docs>\nQuery: Which key inserts a table?")])
+    assert "compressed" in llm.reports[0].path and ANSWER in text_of(inner.calls[0].messages[0])
