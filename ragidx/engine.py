@@ -633,6 +633,16 @@ class Engine(PromptMixin):
             self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
         return self._guards
 
+    @guards.setter
+    def guards(self, chain: GuardChain) -> None:
+        """Answers asked from now on run ``chain`` (a program's own guards: ``engine.guards =
+        engine.guards.with_rules(MyGuard())``); agents built with the earlier chain are not handed out again."""
+        with self._lock:
+            self._guards = chain
+            self._agent = None
+            self._idle_agents = {}
+            self._generation += 1
+
     def stream_filter(self, question: str = "") -> StreamFilter:
         """A fresh :class:`ragidx.agent.guards.StreamFilter` for one streamed answer to ``question``: what
         :meth:`stream_ask` lets through of the model's words (no text the finished answer withdraws)."""

@@ -9,7 +9,8 @@ Its promise: **no text is shown that the finished answer withdraws.** Two kinds 
   a cited reply counts as an answer), so the rest streams as it is written; the guards that judge the whole reply
   (``source_list_only``, ``article_copy``, ``ungrounded_*``: :data:`DECIDES_AT_END`) hold it to the end, and the
   finished answer is shown at once. Every guard name has its stream form in :data:`STREAM_FORMS`; a test keeps a
-  new guard from joining a profile without one.
+  new guard from joining a profile without one. A program's own guard declares its ``stream_form`` (``end``,
+  ``clean-up`` with a ``stream_hold()``, or ``none`` for a gate) and is refused without one (:func:`stream_form_of`).
 - the clean-up holds, after it, apply piece by piece the text clean-ups that the finished answer gets: entities
   shown as characters (``entities``), a copy of the source list after the answer held back and dropped
   (``echoed_source_list``), closing sentences that only say where the answer was found held back and replaced by
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from ragidx.agent.citations import MARKER
 from ragidx.agent.guards.echo import SOURCES_HEADING, SOURCES_WORDS, strip_echoed_sources
@@ -73,6 +74,61 @@ STREAM_FORMS: dict[str, StreamForm] = {
 decides; ``end``, it may set it aside until the reply is complete (the reply is held to the end); ``clean-up``, it
 changes text piece by piece; ``none``, it runs before the model writes (a gate)."""
 DECIDES_AT_END = frozenset(n for n, form in STREAM_FORMS.items() if form == "end")
+USER_STREAM_FORMS: tuple[StreamForm, ...] = ("end", "clean-up", "none")
+"""The stream forms a program's own gate or guard may declare (``opening`` is ``model_not_found``'s alone: its hold
+reads the reply's opening with that guard's rule)."""
+
+
+class StreamHold(Protocol):
+    """The incremental form of a ``clean-up`` guard: ``feed`` returns what of the text so far may be shown now
+    (what the guard may still change is held back), ``flush`` the rest once the reply is complete."""
+
+    def feed(self, piece: str) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+def stream_form_of(rule: object) -> StreamForm:
+    """How a gate or guard acts on a stream: a built-in one's (by name) from :data:`STREAM_FORMS`, a program's own
+    from its ``stream_form`` attribute (one of :data:`USER_STREAM_FORMS`; a ``clean-up`` gives ``stream_hold()``).
+
+    Raises:
+        ValueError: no stream form, or one a program's guard cannot have; the message says what to declare.
+
+    Example:
+        >>> stream_form_of("relay")
+        'clean-up'
+        >>> class Polite:
+        ...     name = "polite"
+        >>> stream_form_of(Polite())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: guard 'polite' declares no stream form: give it stream_form = 'end' (a stream holds the reply ...
+    """
+    if isinstance(rule, str):
+        if rule not in STREAM_FORMS:
+            raise ValueError(f"no stream form for guard {rule!r}: add it to STREAM_FORMS")
+        return STREAM_FORMS[rule]
+    name = getattr(rule, "name", type(rule).__name__)
+    form = getattr(rule, "stream_form", None)
+    if form is None:
+        raise ValueError(
+            f"guard {name!r} declares no stream form: give it stream_form = 'end' (a stream holds the reply until "
+            "it is complete), 'clean-up' (with stream_hold()) or 'none' (a gate)"
+        )
+    if form not in USER_STREAM_FORMS:
+        raise ValueError(
+            f"guard {name!r} declares stream_form {form!r}: use 'end', 'clean-up' or 'none' ('opening' is the "
+            "built-in model_not_found's; declare 'end' to have the reply held until it is complete)"
+        )
+    if form == "clean-up" and not callable(getattr(rule, "stream_hold", None)):
+        raise ValueError(
+            f"guard {name!r} is a 'clean-up' without stream_hold(): give it one (an object with feed(piece) and "
+            "flush(), holding back what it may still change), or declare stream_form = 'end'"
+        )
+    return cast(StreamForm, form)
+
+
 _OPENING = re.compile(r"^\W*")
 _SENTENCE_END = re.compile(r"[.!?]\s|\n")  # the first sentence ends here (the rule of split_not_found)
 _TOKEN_FORMING = re.compile(r"\s*\b(?:NOT_FOUND[.!]?|N(?:O(?:T(?:_(?:F(?:O(?:U(?:N)?)?)?)?)?)?)?)$")
@@ -212,7 +268,9 @@ class StreamFilter:
     """The stream's form of a guard profile: its verdict hold and its text clean-ups (see the module docstring).
 
     Args:
-        names: the profile's guard names (``GuardChain.names``); those of them with a stream form apply.
+        names: the profile's gates and guards: built-in ones by name, a program's own as objects (their declared
+            ``stream_form``: ``end`` holds the reply to the end, ``clean-up`` feeds their ``stream_hold()`` after
+            the built-in clean-ups, ``none`` is a gate). Each must have a stream form (:func:`stream_form_of`).
         title: an article title as the answer prompt shows it.
         question: the question asked (instruction-like words it holds itself are not a relay).
         not_found: the profile's ``model_not_found`` guard, when ``names`` has it (its own settings decide when a
@@ -231,26 +289,28 @@ class StreamFilter:
 
     def __init__(
         self,
-        names: Iterable[str],
+        names: Iterable[object],
         *,
         title: Callable[[str], str] = lambda t: t,
         question: str = "",
         not_found: ModelSaysNotFound | None = None,
     ) -> None:
-        names = set(names)
-        unknown = names - set(STREAM_FORMS)
-        if unknown:
-            raise ValueError(f"no stream form for guard {sorted(unknown)[0]!r}: add it to STREAM_FORMS")
+        entries = list(names)
+        forms = [stream_form_of(entry) for entry in entries]  # a rule without one is refused here
+        names = {entry for entry in entries if isinstance(entry, str)}
+        rules: list[tuple[Any, StreamForm]] = [
+            (entry, form) for entry, form in zip(entries, forms, strict=True) if not isinstance(entry, str)
+        ]
         self._title = title
         if "model_not_found" in names and not_found is None:
             not_found = ModelSaysNotFound()
-        self._verdict = _VerdictHold(
-            to_end=bool(names & DECIDES_AT_END), not_found=not_found if "model_not_found" in names else None
-        )
+        to_end = bool(names & DECIDES_AT_END) or any(form == "end" for _, form in rules)
+        self._verdict = _VerdictHold(to_end=to_end, not_found=not_found if "model_not_found" in names else None)
         self._entities: EntityUnescaper | _Pass = EntityUnescaper() if "entities" in names else _Pass()
         self._echo = _EchoHold() if "echoed_source_list" in names else None
         self._talk = _TalkHold() if "source_talk" in names else None
         self._relay = RelayHold(question) if "relay" in names else None
+        self._holds: list[StreamHold] = [rule.stream_hold() for rule, form in rules if form == "clean-up"]
         self.printed = ""
         """Everything the filter has let through so far."""
 
@@ -288,9 +348,11 @@ class StreamFilter:
             text += self._talk_feed(self._echo.flush(titles))
         if self._talk is not None:
             talk = self._talk.flush()
-            text += self._relay.feed(talk) if self._relay is not None else talk
+            text += self._own_feed(self._relay.feed(talk) if self._relay is not None else talk)
         if self._relay is not None:
-            text += self._relay.flush()
+            text += self._own_feed(self._relay.flush())
+        for at, hold in enumerate(self._holds):  # each program's clean-up lets go, through those after it
+            text += self._own_feed(hold.flush(), start=at + 1)
         return text
 
     def _cleaned(self, text: str) -> str:
@@ -301,7 +363,13 @@ class StreamFilter:
 
     def _talk_feed(self, text: str) -> str:
         text = self._talk.feed(text) if self._talk is not None else text
-        return self._relay.feed(text) if self._relay is not None else text
+        return self._own_feed(self._relay.feed(text) if self._relay is not None else text)
+
+    def _own_feed(self, text: str, start: int = 0) -> str:
+        """``text`` through the clean-up holds of a program's own guards (from the ``start``-th), in order."""
+        for hold in self._holds[start:]:
+            text = hold.feed(text)
+        return text
 
     def _out(self, text: str) -> str:
         self.printed += text
