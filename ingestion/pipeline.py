@@ -632,7 +632,9 @@ class Ingestor:
             self._index(claim, articles, report)
             return
         claim.ensure_held()
-        counts: dict[str, int] = update({a.kb_id: self._document(a).metadata for a in articles})
+        # the metadata the chunks carry: the article's sections stay with the article (SectionTagger)
+        chunk_meta = {a.kb_id: {k: v for k, v in self._document(a).metadata.items() if k != SECTIONS} for a in articles}
+        counts: dict[str, int] = update(chunk_meta)
         claim.mark_indexed({a.kb_id: counts.get(a.kb_id, 0) for a in articles})
         report.relabeled += len(articles)
 

@@ -81,6 +81,9 @@ COLUMNS = (
     "article_metadata_json",
 )
 CHUNK_KEYS = frozenset({"kb_id", "chunk_no", "title", "url", "language", "tenant"})
+CHUNK_PLACE_KEYS = ("section", "page", "anchor", "heading_path", "spanned_sections", "location_url")
+"""Where in its article a chunk is (ingestion.pipeline.SectionTagger sets them): its own, kept when the article's
+metadata changes."""
 """Metadata a chunk has of its own; every other key is the article's (the same on all of its chunks)."""
 ARTICLE_METADATA_COLUMN = "article_metadata_json"
 META_PREFIX = "meta_"
@@ -329,14 +332,30 @@ class LanceDBChunkStore(BasePydanticVectorStore):
             rows = [{**_article_columns(meta), "kb_id": kb_id} for kb_id, meta in metadata.items()]
             schema = self._declare_meta(table, rows)
             meta_columns = [n for n in schema.names if n.startswith(META_PREFIX)]
-            tenant = self._tenant_sql()
+            places = self._chunk_places(table, list(metadata))
             for row in rows:
                 values = {name: _coerce(row.get(name), schema.field(name).type) for name in meta_columns}
-                values.update({k: row[k] for k in (ARTICLE_METADATA_COLUMN, ALLOWED, PUBLIC)})
+                values.update({k: row[k] for k in (ALLOWED, PUBLIC)})
+                article = json.loads(row[ARTICLE_METADATA_COLUMN])
                 where = f"kb_id = {sql_literal(row['kb_id'])}"
-                result = table.update(where=where if tenant is None else f"{where} AND {tenant}", values=values)
-                updated[row["kb_id"]] = int(getattr(result, "rows_updated", 0) or 0)
+                # each chunk keeps its own place (section, page, anchor ...): one update per place of the article
+                for place, ids in (places.get(row["kb_id"]) or {"{}": []}).items():
+                    values[ARTICLE_METADATA_COLUMN] = json.dumps({**article, **json.loads(place)}, ensure_ascii=False)
+                    chunks = f" AND id IN ({', '.join(sql_literal(i) for i in ids)})" if ids else ""
+                    result = table.update(where=self._scoped(where + chunks), values=values)
+                    updated[row["kb_id"]] = updated.get(row["kb_id"], 0) + int(getattr(result, "rows_updated", 0) or 0)
         return updated
+
+    def _chunk_places(self, table: Any, kb_ids: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+        """kb_id → each place its chunks have (the JSON of their :data:`CHUNK_PLACE_KEYS`) → those chunks' ids."""
+        where = self._scoped(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
+        data = table.to_lance().to_table(columns=["id", "kb_id", ARTICLE_METADATA_COLUMN], filter=where).to_pylist()
+        places: dict[str, dict[str, list[str]]] = {}
+        for chunk in data:
+            meta = json.loads(chunk[ARTICLE_METADATA_COLUMN] or "{}")
+            place = json.dumps({k: meta[k] for k in CHUNK_PLACE_KEYS if k in meta}, sort_keys=True, ensure_ascii=False)
+            places.setdefault(chunk["kb_id"], {}).setdefault(place, []).append(chunk["id"])
+        return places
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         self.delete_articles([ref_doc_id])

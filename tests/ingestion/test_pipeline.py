@@ -695,3 +695,28 @@ def test_a_full_disk_is_one_paragraph_and_the_rerun_is_exact(tmp_path: Path, err
     with pytest.raises(OSError, match="Input/output error") as raised:  # any other failure is raised as it is
         other.ingest(corpus(4), source="gen")
     assert not isinstance(raised.value, IngestStorageError)
+
+
+def test_a_permission_change_keeps_each_chunks_place_in_its_article(tmp_path: Path) -> None:
+    sections = [{"start": 0, "section": "Overview", "anchor": "overview"}, {"start": 3000, "section": "Refunds",
+                "anchor": "refunds"}]  # fmt: skip
+    text = "Overview of billing. " * 140 + "Refunds take five days. " * 120
+    ing = make_ingestor(tmp_path)
+
+    def article(*allowed: str) -> Article:
+        meta: dict[str, Any] = {"sections": sections, **({"allowed": list(allowed)} if allowed else {})}
+        return Article("billing", "Billing", "https://help/billing", text, metadata=meta)
+
+    def places() -> list[tuple[Any, ...]]:
+        nodes = sorted((n for n in ing.vector_store.get_nodes() if n.metadata["kb_id"] == "billing"), key=lambda n:
+                       n.metadata["chunk_no"])  # fmt: skip
+        return [(n.metadata.get("section"), n.metadata.get("location_url"), "sections" in n.metadata) for n in nodes]
+
+    ing.ingest([article("group:staff", "group:hr")], source="kb")
+    before = places()
+    assert {p[0] for p in before} == {"Overview", "Refunds"} and not any(p[2] for p in before)
+    report = ing.ingest([article("group:hr")], source="kb")  # fewer readers: the chunks are relabeled in place
+    assert report.relabeled == 1 and report.chunks_written == 0
+    assert places() == before
+    [node] = [n for n in ing.vector_store.get_nodes() if n.metadata["kb_id"] == "billing"][:1]
+    assert node.metadata["allowed"] == ["group:hr"]
