@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from ingestion.pipeline import Ingestor
@@ -108,3 +111,20 @@ def build_kb(folder: Path, articles: Sequence[Article] = KB) -> tuple[LanceDBChu
     store = ArticleStore(folder / "articles.sqlite")
     Ingestor(chunks, store, embed, chunk_tokens=64, chunk_overlap=8).ingest(list(articles), source="test")
     return chunks, store, embed
+
+
+SAMPLE_KB = Path(__file__).resolve().parents[2] / "ragidx" / "data" / "kb" / "libreoffice_en_sample.jsonl"
+
+
+def sample_documents(n: int = 30) -> list[Document]:
+    """The first ``n`` real LibreOffice articles of the bundled sample as LlamaIndex ``Document``s, as a LlamaIndex
+    user makes them: the article id as the document id, title and url in the metadata, no ragidx ``kb_id``."""
+    rows = [json.loads(line) for line in SAMPLE_KB.read_text(encoding="utf-8").splitlines()[:n]]
+    return [Document(id_=r["id"], text=r["text"], metadata={"title": r["title"], "url": r["url"]}) for r in rows]
+
+
+def stock_index(documents: Sequence[Document], chunk_size: int = 128) -> VectorStoreIndex:
+    """A stock ``VectorStoreIndex`` (in memory) over ``documents``, split small so an article spans several
+    chunks, embedded with the hashing fake (fast and deterministic)."""
+    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=16)
+    return VectorStoreIndex.from_documents(documents, embed_model=HashEmbedding(dim=256), transformations=[splitter])

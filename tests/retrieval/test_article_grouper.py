@@ -3,9 +3,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from ragidx.article import ARTICLE_RANK, MATCHED_CHUNKS, NORMALIZED_RANK, RERANK_SCORE, Article, SearchResult
 from ragidx.retrieval.article_grouper import (
@@ -15,6 +17,7 @@ from ragidx.retrieval.article_grouper import (
     article_to_node,
     group_chunks,
 )
+from tests.fakes.hash_embedding import HashEmbedding
 from tests.retrieval.helpers import DictArticles, article, chunk, snapshot
 
 
@@ -236,3 +239,41 @@ def test_chunks_of_another_tenant_are_left_out_and_no_log_line_names_them(caplog
     out = ArticleGrouper(public).postprocess_nodes([*theirs, chunk("mine", 0, 0.5)])
     assert [n.node.metadata["kb_id"] for n in out] == ["mine"]
     assert "left out 8 chunks of other tenants" in caplog.text and "acme" not in caplog.text
+
+
+# --- as a LlamaIndex component: serialization, where articles come from -------------------------------
+def test_to_dict_keeps_the_settings_and_from_dict_takes_the_source_again() -> None:
+    docstore = SimpleDocumentStore()
+    docstore.add_documents([Document(id_="a", text="Whole article a.", metadata={"title": "A"})])
+    original = ArticleGrouper(docstore=docstore, top_n=3, score_threshold=0.25)
+
+    data = original.to_dict()
+    rebuilt = ArticleGrouper.from_dict(data, docstore=docstore)
+    from_json = ArticleGrouper.from_json(original.to_json(), articles=DictArticles([article("a")]))
+
+    assert data == {"top_n": 3, "score_threshold": 0.25, "class_name": "ArticleGrouper"}
+    assert (rebuilt.top_n, rebuilt.score_threshold) == (3, 0.25)
+    assert (from_json.top_n, from_json.score_threshold) == (3, 0.25)
+    out = rebuilt.postprocess_nodes([chunk("a", 0, 0.5)])
+    assert [n.node.get_content() for n in out] == ["Whole article a."]
+
+
+def test_without_a_source_the_grouper_says_how_to_give_one() -> None:
+    data = ArticleGrouper(DictArticles([]), top_n=2).to_dict()  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"from_dict\(data, docstore=index\.docstore\)"):
+        ArticleGrouper.from_dict(data)
+    with pytest.raises(TypeError, match="cannot read whole articles from a VectorStoreIndex"):
+        ArticleGrouper(VectorStoreIndex([], embed_model=HashEmbedding()))  # type: ignore[arg-type]  # not its docstore
+    with pytest.raises(ValueError, match="not both"):
+        ArticleGrouper(DictArticles([]), docstore=SimpleDocumentStore())  # type: ignore[arg-type]
+
+
+def test_a_docstore_given_as_the_first_argument_is_read_as_one() -> None:
+    docstore = SimpleDocumentStore()
+    docstore.add_documents([Document(id_="d", text="Doc text.", metadata={"url": "https://kb/d"})])
+
+    out = ArticleGrouper(docstore).postprocess_nodes([chunk("d", 0, 0.4)])
+
+    assert [(n.node.node_id, n.node.metadata["url"], n.node.metadata[ARTICLE_RANK]) for n in out] == [
+        ("d", "https://kb/d", 0)
+    ]

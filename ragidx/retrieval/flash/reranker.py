@@ -56,7 +56,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import FunctionTool
 from prometheus_client import CollectorRegistry
@@ -144,7 +144,7 @@ class _Run:
             self.invented.append(cid)
 
 
-class FlashReranker(BaseNodePostprocessor):
+class FlashReranker(BaseNodePostprocessor, PromptMixin):
     """Agentic LLM reranker: the model reads summaries, loads what it needs, picks up to ``top_n``.
 
     Use it after (or instead of) a chunk reranker, on nodes that hold whole articles (``TextNode`` with
