@@ -29,6 +29,7 @@ __all__ = [
     "__version__",
     "assign_ranks",
     "register_reader",
+    "register_reranker",
 ]
 
 # LlamaIndex node postprocessors and what they read, importable from the top (lazily, like the rest).
@@ -40,6 +41,7 @@ _RETRIEVAL = {
     "FlashReranker": "ragidx.retrieval.flash.reranker",
     "OfflineChunkReranker": "ragidx.retrieval.offline_reranker",
     "assign_ranks": "ragidx.retrieval.ranks",
+    "register_reranker": "ragidx.retrieval.rerankers",  # a name Settings.reranker may take
 }
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from ragidx.retrieval.flash.reranker import FlashReranker
     from ragidx.retrieval.offline_reranker import OfflineChunkReranker
     from ragidx.retrieval.ranks import assign_ranks
+    from ragidx.retrieval.rerankers import register_reranker
 
 
 def __getattr__(name: str) -> Any:

@@ -743,11 +743,12 @@ class Settings(BaseSettings):
     candidate_chunks: int = Field(default=100, ge=1, description="Chunks fetched by hybrid search.")
     rerank_top_n: int = Field(default=30, ge=1, description="Chunks kept after reranking.")
     top_k: int = Field(default=5, ge=1, description="Articles returned.")
-    reranker: Literal["offline", "cohere", "cross-encoder", "none"] = Field(
+    reranker: str = Field(
         default="offline",
         description="Chunk rerank stage: 'offline' (search score, BM25 over the candidate pool, title and phrase "
         "matches, weighted by the rerank_*_weight fields), 'cohere' (needs cohere_api_key and the 'cohere' "
-        "extra), 'cross-encoder' (cross_encoder_path), 'none' (search order).",
+        "extra), 'cross-encoder' (cross_encoder_path), 'none' (search order), or a name a program registered "
+        "(ragidx.retrieval.rerankers.register_reranker).",
     )
     rerank_retrieval_weight: float = Field(
         default=1.0, ge=0.0, description="Offline reranker: weight of the search (fusion) score."
@@ -858,6 +859,18 @@ class Settings(BaseSettings):
         if path is not None:
             sources.append(InitSettingsSource(settings_cls, init_kwargs=data))
         return tuple(sources)
+
+    @field_validator("reranker")
+    @classmethod
+    def _known_reranker(cls, v: str) -> str:
+        from ragidx.retrieval.rerankers import reranker_names
+
+        if v not in reranker_names():
+            raise ValueError(
+                f"unknown reranker {v!r}: use one of {', '.join(reranker_names())} (a program adds one with "
+                "ragidx.retrieval.rerankers.register_reranker before it makes its settings)"
+            )
+        return v
 
     @field_validator("collection")
     @classmethod

@@ -52,12 +52,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
 from ingestion.pipeline import Ingestor
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.metrics import mrr_at_k, ndcg_at_k, recall_at_k, score_runs
 from ragidx.retrieval.article_grouper import group_chunks
-from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker, build_retriever
 from ragidx.retrieval.retriever import ArticleRetriever, SearchMode
 from ragidx.stores.article_store import ArticleStore
@@ -223,7 +224,7 @@ def evaluate(
     cache_dir: Path,
     *,
     depth: int = 100,
-    reranker: ChunkReranker | None | Literal["settings"] = "settings",
+    reranker: BaseNodePostprocessor | None | Literal["settings"] = "settings",
     tune: bool = True,
     tune_queries: int | None = None,
     tune_method: str | None = None,
@@ -250,7 +251,7 @@ def evaluate(
     ingest_seconds = time.perf_counter() - started
     if reranker == "settings":
         reranker = build_chunk_reranker(settings.model_copy(update={"rerank_top_n": 10_000}))
-    if reranker is not None and reranker.top_n is not None:
+    if reranker is not None and getattr(reranker, "top_n", None) is not None:  # a registered one may have no top_n
         reranker = reranker.model_copy(update={"top_n": None})
     candidates = max(settings.candidate_chunks, 2 * depth)
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilter, MetadataFilters
 
 from ragidx.config import Settings
-from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.retriever import ArticleRetriever
 
 if TYPE_CHECKING:
@@ -24,33 +23,13 @@ if TYPE_CHECKING:
 __all__ = ["build_chunk_reranker", "build_flash_reranker", "build_retriever"]
 
 
-def build_chunk_reranker(settings: Settings) -> ChunkReranker | None:
-    """The configured chunk reranker (``settings.reranker``), keeping ``rerank_top_n`` chunks."""
-    if settings.reranker == "none":
-        return None
-    if settings.reranker == "offline":
-        from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+def build_chunk_reranker(settings: Settings) -> BaseNodePostprocessor | None:
+    """The chunk reranker ``settings.reranker`` names, keeping ``rerank_top_n`` chunks: made by its factory in the
+    registry (:mod:`ragidx.retrieval.rerankers`: offline, cohere, cross-encoder, none, and any a program
+    registered), read now."""
+    from ragidx.retrieval.rerankers import make_reranker
 
-        return OfflineChunkReranker(
-            top_n=settings.rerank_top_n,
-            retrieval_weight=settings.rerank_retrieval_weight,
-            lexical_weight=settings.rerank_lexical_weight,
-            title_weight=settings.rerank_title_weight,
-            phrase_weight=settings.rerank_phrase_weight,
-        )
-    if settings.reranker == "cohere":
-        from ragidx.retrieval.cohere_reranker import CohereChunkReranker
-
-        return CohereChunkReranker(
-            api_key=settings.cohere_api_key, model=settings.cohere_model, top_n=settings.rerank_top_n
-        )
-    if settings.reranker == "cross-encoder":
-        from ragidx.retrieval.cross_encoder_reranker import CrossEncoderChunkReranker
-
-        if not settings.cross_encoder_path:
-            raise ValueError("reranker='cross-encoder' needs cross_encoder_path (a local model folder)")
-        return CrossEncoderChunkReranker(settings.cross_encoder_path, top_n=settings.rerank_top_n)
-    raise ValueError(f"unknown reranker {settings.reranker!r}: use offline, cohere, cross-encoder or none")
+    return make_reranker(settings)
 
 
 def build_flash_reranker(

@@ -25,13 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery, VectorStoreQueryMode
 
 from ragidx.config import Settings
 from ragidx.metrics import ndcg_at_k, score_runs
 from ragidx.retrieval.article_grouper import chunk_kb_id
-from ragidx.retrieval.chunk_reranker import ChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker
 from ragidx.retrieval.offline_reranker import (
     ChunkTerms,
@@ -107,7 +107,7 @@ class RetrievalTuner:
         self.settings = settings
         self.filters = filters
         self.depth = depth
-        self._rerankers: dict[str, ChunkReranker | None] = {}
+        self._rerankers: dict[str, BaseNodePostprocessor | None] = {}
         self._offline_rerankers: dict[tuple[float, float, float, float], OfflineChunkReranker] = {}
         self._terms: dict[str, ChunkTerms] = {}
         self._kb_ids: dict[str, str | None] = {}
@@ -272,7 +272,7 @@ class RetrievalTuner:
         first_seen = {kb_id: i for i, kb_id in enumerate(best)}
         return sorted(best, key=lambda k: (-best[k], first_seen[k]))[:RANKED_ARTICLES]
 
-    def _reranker(self, name: str) -> ChunkReranker | None:
+    def _reranker(self, name: str) -> BaseNodePostprocessor | None:
         if name not in self._rerankers:
             self._rerankers[name] = build_chunk_reranker(self.settings.model_copy(update={"reranker": name}))
         return self._rerankers[name]
