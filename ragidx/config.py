@@ -28,6 +28,7 @@ import os
 import re
 import tomllib
 import types
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -360,8 +361,9 @@ class FlashSettings(BaseModel):
     candidates: int = Field(
         default=20, ge=1, le=200, description="Articles the chunk chain hands to flash (shown as one line each)."
     )
+    top_n: int | None = Field(default=None, ge=1, description="Most articles flash returns; None: the retrieval top_k.")
     max_topics: int | None = Field(
-        default=None, ge=1, description="Most articles flash returns; None: the retrieval top_k."
+        default=None, ge=1, description="Deprecated: the old name of top_n, still read for one release."
     )
     max_tool_calls: int = Field(default=3, ge=0, description="Most get_topics_content calls per rerank.")
     timeout_s: float | None = Field(
@@ -420,6 +422,24 @@ class FlashSettings(BaseModel):
         if self.response_format is not None:
             return self.response_format
         return "json_object" if self.endpoint(main).is_local else "none"
+
+    @model_validator(mode="after")
+    def _top_n_from_its_old_name(self) -> FlashSettings:
+        """``max_topics`` (the old name) sets ``top_n``, with a ``DeprecationWarning``; given both, they must agree."""
+        if self.max_topics is None:
+            return self
+        warnings.warn(
+            "flash.max_topics is now flash.top_n (the name every LlamaIndex reranker uses); max_topics will be "
+            "removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self.top_n is not None and self.top_n != self.max_topics:
+            raise ValueError(
+                f"flash.max_topics ({self.max_topics}) and flash.top_n ({self.top_n}) disagree; set flash.top_n only"
+            )
+        self.top_n = self.max_topics
+        return self
 
 
 class QueueSettings(BaseModel):

@@ -42,7 +42,7 @@ def build_flash_reranker(
     """The ``FlashReranker`` that ``settings.flash`` describes, on ``llm`` (its endpoint's model).
 
     Weak local models get the protocol they follow (forced named tool call, tool traffic as text,
-    ``json_object``); endpoints get ``auto``. ``top_n`` (``flash.max_topics``) defaults to the retrieval ``top_k``. With
+    ``json_object``); endpoints get ``auto``. ``top_n`` (``flash.top_n``) defaults to the retrieval ``top_k``. With
     ``flash.contextualize`` the same model rewrites follow-ups into standalone queries (``QueryContextualizer``).
     """
     from ragidx.retrieval.flash import FlashReranker, QueryContextualizer
@@ -56,7 +56,7 @@ def build_flash_reranker(
         metrics=metrics,
         contextualizer=QueryContextualizer(llm, timeout_s=timeout) if f.contextualize else None,
         max_candidates=f.effective_candidates(settings.top_k),
-        top_n=f.max_topics or settings.top_k,
+        top_n=f.top_n or settings.top_k,
         max_tool_calls=f.max_tool_calls,
         timeout_s=f.effective_timeout_s(settings.llm),
         excerpt_threshold_chars=f.excerpt_threshold_chars,

@@ -60,10 +60,21 @@ def test_flash_follows_settings_local_and_endpoint(monkeypatch: pytest.MonkeyPat
     assert flash.timeout_s == 300.0 and flash.context_window == local.llm.context_window
 
     endpoint = LLMEndpoint(model="gpt-4o-mini", api_base="https://api.example/v1", context_window=128_000)
-    remote = Settings(flash=FlashSettings(enabled=True, llm=endpoint, max_topics=3, timeout_s=None))
+    remote = Settings(flash=FlashSettings(enabled=True, llm=endpoint, top_n=3, timeout_s=None))
     flash = build_flash_reranker(remote, ScriptedLLM([]))
     assert (flash.tool_mode, flash.inline_tool_results, flash.response_format) == ("auto", False, "none")
     assert (flash.timeout_s, flash.top_n, flash.context_window) == (10.0, 3, 128_000)
+
+
+def test_flash_settings_old_max_topics_sets_top_n_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.warns(DeprecationWarning, match=r"flash\.max_topics is now flash\.top_n"):
+        written = Settings(flash=FlashSettings(enabled=True, max_topics=2))
+    assert build_flash_reranker(written, ScriptedLLM([])).top_n == 2
+    monkeypatch.setenv("RAGIDX_FLASH__MAX_TOPICS", "3")  # an old environment still works
+    with pytest.warns(DeprecationWarning):
+        assert Settings().flash.top_n == 3
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="disagree; set flash.top_n only"):
+        FlashSettings(max_topics=2, top_n=4)
 
 
 def test_retriever_hands_flash_its_candidate_count(tmp_path: Path) -> None:
