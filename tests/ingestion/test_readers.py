@@ -539,3 +539,13 @@ def test_a_built_in_format_can_be_turned_off_and_back(tmp_path: Path) -> None:
         register_reader(".txt", TextReader, name="text", format="txt", text=True)
     assert [a.kb_id for a in read_folder(tmp_path) if not isinstance(a, SourceError)] == ["a.txt"]
     assert document_formats() == "PDF, Word .docx, HTML, Markdown, text"
+
+
+def test_a_registered_reader_gets_the_size_limits(odt_registered: None, tmp_path: Path) -> None:
+    big = _write_odt(tmp_path / "big.odt", [(1, "Labels"), (0, "x" * 50_000)])  # deflates to well under 50 kB
+    over = read_document(big, tmp_path, max_file_bytes=big.stat().st_size - 1)
+    assert isinstance(over, SourceError) and "MB limit for one document: split it, or raise max_file_mb" in over.reason
+    bomb = read_document(big, tmp_path, max_file_bytes=big.stat().st_size + 1)  # its factory got the limit
+    assert isinstance(bomb, SourceError) and "MB uncompressed" in bomb.reason and "ZIP bomb" in bomb.reason
+    read = read_document(big, tmp_path, max_file_bytes=1_000_000)
+    assert not isinstance(read, SourceError) and read.content.endswith("x" * 100)
