@@ -139,8 +139,11 @@ class Answer:
 
     def render(self) -> str:
         """The answer and its sources, for a terminal: control and bidi characters from the articles' titles,
-        ids and URLs (or echoed into the text) are shown as escapes (:func:`ragidx.safe_text.printable`)."""
+        ids and URLs (or echoed into the text) are shown as escapes (:func:`ragidx.safe_text.printable`); an id
+        shown for a missing URL is cut back where it reads as an instruction, as a citation's URL is
+        (:func:`ragidx.safety.injection.shown_url`)."""
         from ragidx.safe_text import printable
+        from ragidx.safety.injection import shown_url
 
         lines = [printable(self.text.strip(), keep_newlines=True)]
         if self.citations:
@@ -148,7 +151,7 @@ class Answer:
             lines.append("Sources:")
             lines.extend(
                 f"[{c.number}] {printable(c.title)}{f' ({printable(c.where)})' if c.where else ''} — "
-                f"{printable(c.url or c.kb_id)}"
+                f"{printable(c.url or shown_url(c.kb_id))}"
                 for c in self.citations
             )
         return "\n".join(lines)
