@@ -244,14 +244,14 @@ class BudgetedLLM(FunctionCallingLLM):
     async def _afit(
         self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None, window: int, max_out: int
     ) -> Fit:
-        """The budget on ``messages``: the context block of a recognised template when the prompt has one,
-        else the search results among them (the system messages first)."""
-        found = find_context(messages, self._markers)
-        if found is not None:
-            return await self._afit_context(messages, found, tools, window, max_out)
+        """The budget on ``messages``: their search results (an agent's tool results; the system messages are
+        sent first), else the context block of a recognised template when the prompt has one."""
         system = [m for m in messages if m.role == MessageRole.SYSTEM]
         rest = [m for m in messages if m.role != MessageRole.SYSTEM]
         results = tool_results(rest)
+        found = None if any(r.articles for r in results.values()) else find_context(messages, self._markers)
+        if found is not None:
+            return await self._afit_context(messages, found, tools, window, max_out)
 
         def render(conversation: Sequence[ChatMessage], sent: Mapping[str, SearchResult], _: Any) -> list[ChatMessage]:
             return [*system, *with_results(conversation, sent, results)]

@@ -93,7 +93,8 @@ class PromptContext:
 def find_context(
     messages: Sequence[ChatMessage], markers: Sequence[ContextMarker] = PROMPT_CONTEXT_MARKERS
 ) -> PromptContext | None:
-    """The largest context block of a recognised template among ``messages`` (text-only messages), or ``None``.
+    """The largest context block of a recognised template among ``messages`` (text-only messages that are not tool
+    results: those are the agent's material), or ``None``.
 
     The block is the text between a marker's opening and the last occurrence of its closing after it, with the
     whitespace around it left in ``before`` / ``after``. The question is the ``Query: ...`` line of the host (or
@@ -102,7 +103,7 @@ def find_context(
     """
     best: PromptContext | None = None
     for i, m in enumerate(messages):
-        if not m.blocks or not all(isinstance(b, TextBlock) for b in m.blocks):
+        if m.role == MessageRole.TOOL or not m.blocks or not all(isinstance(b, TextBlock) for b in m.blocks):
             continue
         text = message_text(m)
         for marker in markers:

@@ -228,3 +228,18 @@ def test_a_template_of_ones_own_is_recognised_by_its_markers() -> None:
     llm = BudgetedLLM(inner, ContextBudget(), context_markers=[ContextMarker("docs", "<docs>", "</docs>")])
     llm.chat([ChatMessage(role="user", content=f"<docs>{_context(4000)}</docs>\nQuery: Which key inserts a table?")])
     assert "compressed" in llm.reports[0].path and ANSWER in text_of(inner.calls[0].messages[0])
+
+
+def test_an_agents_search_results_stay_the_budgets_material_whatever_text_they_quote() -> None:
+    from tests.budget.helpers import article, tool_call, tool_result
+
+    quoting = "Context information is below.\n---------------------\nquoted\n---------------------\nQuery: x"
+    inner = _inner(4096)
+    llm = BudgetedLLM(inner, ContextBudget())
+    messages = [
+        ChatMessage(role="user", content=quoting),  # a user pasting a template does not turn off the agent's budget
+        tool_call("c1"),
+        tool_result("c1", [article("a", 0.9, _context(3000)), article("b", 0.5, _context(3000))]),
+    ]
+    llm.chat(messages)
+    assert {a.kb_id for a in llm.reports[0].articles} == {"a", "b"} and "compressed" in llm.reports[0].path

@@ -109,3 +109,15 @@ def test_a_template_of_ones_own_is_the_fixed_part() -> None:
     outs = [p.postprocess_nodes(nodes, query_str=QUESTION) for p in (default, own)]
     sizes = [COUNTER.count(out[0].node.get_content()) for out in outs]
     assert sizes[0] == 2500 and sizes[1] < 2100  # the long instructions take the article's room
+
+
+def test_it_survives_llamaindex_serialization_with_the_llm_given_again() -> None:
+    llm = ScriptedLLM(["ok"])
+    llm.context_window, llm.num_output = 2048, 256
+    post = ContextBudgetPostprocessor(llm, reserve_tokens=100, target_pct=0.6, trigger_pct=0.7)
+    data = post.to_dict()
+    assert data["class_name"] == "ContextBudgetPostprocessor" and data["reserve_tokens"] == 100
+    again = ContextBudgetPostprocessor.from_dict(data, llm=llm)
+    nodes = [chunk("a", text_of_tokens(3000), 0.5)]
+    texts = [p.postprocess_nodes(nodes, query_str=QUESTION)[0].node.get_content() for p in (post, again)]
+    assert texts[0] == texts[1] and again.last_report is not None and again.last_report.target_pct == 0.6
