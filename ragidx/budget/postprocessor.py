@@ -228,13 +228,20 @@ class ContextBudgetPostprocessor(BaseNodePostprocessor):
 
     # --- the prompt -----------------------------------------------------------------------------------
     def _messages(self, template: BasePromptTemplate, question: str, context: str) -> list[ChatMessage]:
-        values = {"query_str": question, "existing_answer": ""}
-        values.update({v: context for v in _CONTEXT_VARS if v in template.template_vars})
-        values = {k: v for k, v in values.items() if k in template.template_vars and k not in template.kwargs}
+        """The prompt as the synthesizer sends it: the template with the question and ``context`` (its other
+        variables empty, as LlamaIndex's ``PromptHelper`` measures a template), the LLM's system prompt first, and
+        the question as a user message after it when the template does not hold it (a chat engine's system
+        prompt)."""
+        values = {v: "" for v in template.template_vars if v not in template.kwargs}
+        values.update(
+            {k: v for k, v in (("query_str", question), *((c, context) for c in _CONTEXT_VARS)) if k in values}
+        )
         messages = list(template.format_messages(llm=self._llm, **values))
         system = getattr(self._llm, "system_prompt", None) if self._llm is not None else None
         if system:
             messages.insert(0, ChatMessage(role=MessageRole.SYSTEM, content=system))
+        if "query_str" not in template.template_vars:
+            messages.append(ChatMessage(role=MessageRole.USER, content=question))
         return messages
 
     def _largest_template(self, question: str) -> BasePromptTemplate:

@@ -121,3 +121,13 @@ def test_it_survives_llamaindex_serialization_with_the_llm_given_again() -> None
     nodes = [chunk("a", text_of_tokens(3000), 0.5)]
     texts = [p.postprocess_nodes(nodes, query_str=QUESTION)[0].node.get_content() for p in (post, again)]
     assert texts[0] == texts[1] and again.last_report is not None and again.last_report.target_pct == 0.6
+
+
+def test_a_template_without_the_question_counts_it_after_the_template_and_other_variables_stay_empty() -> None:
+    # CondensePlusContextChatEngine's context prompt is a system message; the question follows it as a user message
+    template = PromptTemplate("Be kind. {extra}\nDocuments:\n{context_str}\nAnswer from them.")
+    post = ContextBudgetPostprocessor(context_window=4096, num_output=256, prompt_templates=[template])
+    question = "word " * 1500
+    post.postprocess_nodes([chunk("a", text_of_tokens(2000), 0.5)], query_str=question)
+    report = post.last_report
+    assert report is not None and report.fixed_tokens > COUNTER.count(question) and "compressed" in report.path
