@@ -114,7 +114,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         again = " ".join(
             shlex.quote(a) for a in ["ragidx", "ingest", args.path, *(["--source", args.source] if args.source else [])]
         )
-        gone = "came from files that are gone" if Path(args.path).is_dir() else f"are no longer in {args.path}"
+        are = "is" if report.missing == 1 else "are"
+        gone = "came from files that are gone" if Path(args.path).is_dir() else f"{are} no longer in {args.path}"
         missing = counted(report.missing, "article")
         print(f"ragidx: {missing} {printable(gone)}; `{printable(again)} --prune` deletes them", file=sys.stderr)
     print(json.dumps(report.as_dict()))

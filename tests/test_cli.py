@@ -270,7 +270,7 @@ def test_a_binary_file_named_jsonl_is_one_error_and_a_failing_exit_status(
     assert err.splitlines() == [
         f"skipped {DOCS / 'binary.jsonl'}: binary content, not JSON lines: is it really a .jsonl file? "
         "Nothing read from it",
-        "ragidx: 1 items could not be read; 0 articles ingested. Fix them and run the same command again: "
+        "ragidx: 1 item could not be read; 0 articles ingested. Fix them and run the same command again: "
         "unchanged articles are skipped",
     ]
 

@@ -31,7 +31,7 @@ def test_ingest_reports_conflicts_refused_widening_and_files_gone(
     assert main(["--data-dir", data, "ingest", str(docs), "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["missing"] == 1
-    assert f"ragidx: 1 articles came from files that are gone; `ragidx ingest {docs} --prune` deletes them" in err
+    assert f"ragidx: 1 article came from files that are gone; `ragidx ingest {docs} --prune` deletes them" in err
 
     first = _jsonl(tmp_path / "a.jsonl", ("k1", "Refunds take five days."), ("k2", "Printing labels."))
     assert main(["--data-dir", data, "ingest", first, "--quiet"]) == 0
