@@ -11,6 +11,9 @@ article is read, for the id a chunk names (its ``ref_doc_id``, or its ``kb_id`` 
    without offsets are joined in their stored order, an overlap with the text before written once;
 3. else the document whose metadata says ``kb_id`` is that id (documents made from ragidx articles).
 
+A ``VectorStoreIndex`` over a vector store that keeps the text itself (Chroma, Qdrant, ...) leaves its docstore
+empty unless built with ``store_nodes_override=True``; an empty docstore is reported in a warning.
+
 The article takes the document's metadata: ``title`` (else ``file_name``, else the id), ``url`` (else
 ``file_path``), ``language``; the rest stays in its metadata. A document whose metadata has ``allowed``
 (``ragidx.stores.access``) is read only by a principal it allows, as in ragidx's own article store; one
@@ -75,6 +78,11 @@ class DocstoreArticles:
                 article = self._read(doc_id, kb_id) if doc_id is not None else None
             if article is not None and _may_read(who, article):
                 out[kb_id] = article
+        if kb_ids and not out and not self.docstore.get_all_ref_doc_info() and not self.docstore.docs:
+            logger.warning(
+                "the docstore holds no documents or chunks to read whole articles from: an index over a vector "
+                "store that keeps the text fills it only with VectorStoreIndex(..., store_nodes_override=True)"
+            )
         return out
 
     def _read(self, doc_id: str, kb_id: str) -> Article | None:

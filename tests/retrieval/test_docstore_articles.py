@@ -110,3 +110,8 @@ def test_anything_but_a_docstore_is_refused_with_advice() -> None:
         DocstoreArticles({"a": 1})  # type: ignore[arg-type]
     chunk = NodeWithScore(node=TextNode(text="x", metadata={"kb_id": "a"}), score=1.0)
     assert ArticleGrouper(docstore=SimpleDocumentStore()).postprocess_nodes([chunk]) == []
+
+
+def test_an_empty_docstore_says_how_to_fill_it(caplog: pytest.LogCaptureFixture) -> None:
+    assert DocstoreArticles(SimpleDocumentStore()).get(["a"]) == {}
+    assert "store_nodes_override=True" in caplog.text
