@@ -203,7 +203,9 @@ _PRESSURE = (
     r"sonst|andernfalls|gesperrt|gelöscht|debe|deben|tiene que|tienen que|inmediatamente|urgente|hoy|de lo "
     r"contrario|suspendid\w*|bloquead\w*|doit|doivent|devez|immédiatement|aujourd'hui|sinon|faute de quoi|"
     r"suspendu\w*|bloqué\w*|deve|devem|precisa\w*|imediatamente|hoje|caso contrário|senão|devono|devi|"
-    r"altrimenti|sospes\w*|bloccat\w*|entro)\b|\bor (?:your|it|you)\b)"
+    r"altrimenti|sospes\w*|bloccat\w*|entro|sous \d+|dans les \d+|d'ici|em \d+ horas|for security reasons|"
+    r"aus sicherheitsgründen|por (?:motivos|razones) de seguridad|pour des raisons de sécurité|por motivos de "
+    r"segurança|per motivi di sicurezza)\b|\bor (?:your|it|you)\b)"
 )
 _CHANNEL = re.compile(f"{_LINK}|{_EMAIL}|{_PHONE}|{_CALL}")
 _CLAUSE = re.compile(r"[.!?;](?:\s|$)|\n|" + _JOIN)
@@ -243,6 +245,17 @@ _EN: dict[str, Sequence[str]] = {
         rf"prompts?)\s+(?:above|before this|you were given))\b{_ANY}\b(?:ignore|disregard|forget)\s+(?:them|it|"
         r"those|these)\b",
         r"\byour (?:new|real|only|actual) (?:task|instructions?|job|role) (?:is|are|now)\b",
+        r"\b(?:ignore|disregard|forget)\s+(?:the|all(?: of)?(?: the)?|everything|anything)\s+(?:above|preceding|"
+        r"previous|prior|before)\b(?=\s*(?:[,;:.!?]|and\b|then\b|$))",
+        # "vergiss alles, was dir vorher gesagt wurde", "olvida todo lo anterior", "oublie tout ce qui précède"
+        r"\b(?:vergiss|vergessen sie|ignorier\w*) alles\b[^.!?\n]{0,40}?\b(?:vorher|zuvor|bisher|oben|davor)\b",
+        r"\b(?:olvid[ae]|ignor[ae]|omit[ae])\w* todo (?:lo )?(?:anterior|de arriba|lo que (?:se )?(?:te )?(?:ha|han|"
+        r"había)? ?(?:dicho|indicado))",
+        r"\b(?:oubli|ignor)\w* tout ce qui (?:précède|est au-dessus|a été dit)",
+        r"\b(?:esqueç|esquec|ignor)\w* tudo (?:o que (?:foi|te foi|lhe foi) dito|o que veio|acima|antes)",
+        r"\b(?:dimentic|ignor)\w* tutto (?:quello|ciò)?[^.!?\n]{0,30}?\b(?:prima|sopra|precedente)",
+        r"(?:забудь|забудьте|игнорируй|игнорируйте|проигнорируй)\w*\s+(?:всё|все)\b[^.!?\n]{0,40}?(?:раньше|ранее|"
+        r"до этого|выше|прежде)",
     ),
     "prompt_leak": (
         rf"\b(?:reveal|print|repeat|show|output|disclose|leak|display|write out|recite|dump)\b{_ANY}"
@@ -260,6 +273,10 @@ _EN: dict[str, Sequence[str]] = {
         r"\bif you are an? (?:ai|assistant|language model|llm|chatbot)\b",
         r"\bas an ai (?:assistant|model)?,? you (?:must|should|will)\b",
         r"\bdear (?:ai|assistant|chatbot|language model|llm|model)\b",
+        r"^\W*(?:dear |hey |hi |liebe[rs]? |querid[oa] |cher |chère |car[oa] |уважаемый )?(?:assistant|assistent|"
+        r"asistente|assistente|ассистент|chatbot|language model|sprachmodell|modelo de lenguaje)\s*[,:]",
+        r"\bwhen (?:you )?(?:summari[sz]e|summari[sz]ing|process|processing|quote|quoting) (?:this|these) "
+        r"(?:page|article|document|text|content|pages|articles)\b",
     ),
     "output_control": (
         r"\b(?:reply|respond|answer)\s+(?:only|just|exactly|solely)\b",
@@ -268,7 +285,10 @@ _EN: dict[str, Sequence[str]] = {
         r"\b(?:do not|don'?t|never)\s+(?:cite|mention|list|include|show|reference)\s+(?:any\s+|the\s+)?"
         r"(?:sources?|citations?|references?)\b",
         r"\bwithout (?:citing|mentioning) (?:any |the )?sources?\b",
-        _IMPERATIVE + r"(?:tell|inform|instruct|advise|remind|warn|notify|ask)\s+" + _USERS_EN + r"\s+(?:to|that)\b",
+        _IMPERATIVE
+        + r"(?:tell|inform|instruct|advise|remind|warn|notify|ask)\s+"
+        + _USERS_EN
+        + r"\s+(?:to|that|they|their)\b",
         _IMPERATIVE + r"let\s+" + _USERS_EN + r"\s+know\b",
         r"\b(?:say|tell|write) to the (?:user|reader)\b",
         r"\byour (?:reply|answer|response) (?:must|should|will) (?:be|consist of|contain|say|read)\s+(?:only|just|"
