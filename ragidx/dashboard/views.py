@@ -55,6 +55,7 @@ from ragidx.dashboard.examples import example_question, example_titles
 from ragidx.dashboard.feedback import FeedbackLog, Rating
 from ragidx.dashboard.uploads import UploadResult, accepted_suffixes, ingest_upload, uploads_enabled
 from ragidx.safe_text import printable
+from ragidx.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +185,8 @@ def _sidebar(engine: Any, *, tuned: bool) -> None:
     except Exception as exc:
         bar.warning(f"Knowledge base unavailable: {exc}")
         return
-    bar.caption(f"Knowledge base: {stats['articles']} articles, {stats['chunks']} chunks ({stats['store']})")
+    articles, chunks = counted(stats["articles"], "article"), counted(stats["chunks"], "chunk")
+    bar.caption(f"Knowledge base: {articles}, {chunks} ({stats['store']})")
     if not stats["articles"]:
         bar.info("The knowledge base is empty: add files on the Ingest page.")
     # The dashboard has no sign-in to tell who is asking: it asks as the public (articles that carry no principals).

@@ -332,7 +332,7 @@ def test_bad_uploads_show_a_clear_message(uploads_on: Path, name: str, data: byt
 def test_bad_lines_are_listed_and_the_good_ones_ingested(uploads_on: Path) -> None:
     data = (json.dumps(ARTICLE) + "\n{broken\n" + json.dumps({"id": "x", "text": ""}) + "\n").encode()
     at = upload(start("ingest"), ("mixed.jsonl", data))
-    assert at.success[0].value.startswith("mixed.jsonl: 1 articles read — 1 new") and "2 skipped" in at.success[0].value
+    assert at.success[0].value.startswith("mixed.jsonl: 1 article read — 1 new") and "2 skipped" in at.success[0].value
     skipped = at.expander[0]
     assert skipped.label == "mixed.jsonl: 2 lines skipped"
     assert "mixed.jsonl:2: invalid JSON" in skipped.code[0].value and "mixed.jsonl:3:" in skipped.code[0].value

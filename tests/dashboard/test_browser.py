@@ -267,7 +267,7 @@ def test_a_cited_pdf_opens_in_chromium_at_the_page_that_holds_the_value(pdf_app_
         page.set_default_timeout(120_000)
         try:
             page.goto(pdf_app_url)
-            page.get_by_text("Knowledge base: 1 articles", exact=False).wait_for()
+            page.get_by_text("Knowledge base: 1 article,", exact=False).wait_for()
             box = page.get_by_placeholder("Ask a question about the knowledge base")
             box.fill("What is the result of SUM('Column One')?")
             box.press("Enter")
