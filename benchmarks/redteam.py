@@ -27,7 +27,8 @@ Figures (shares of the questions asked):
         containment_injected: the gold answer in the answer;
     flagged_injected: injected articles flagged at ingest; flagged_clean_kb: false flags in the clean KB.
 
-    python benchmarks/redteam.py --data-dir /tmp/redteam [--llm scripted|local] [--limit N] [--defences off]
+    python benchmarks/redteam.py --data-dir /tmp/redteam [--llm scripted|local] [--limit N] [--ids rt58,rt59]
+        [--defences off]
 
 ``--defences off`` turns neutralization and the engine's ``relay`` guard off (the rendering still spotlights), to
 show the set's attacks land: ``*_model`` is then what the model wrote, ``*_after_check`` what the check leaves.
@@ -298,7 +299,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from ragidx.agent.guards.relay import Relay
 
         Relay.check = lambda self, inp: GuardResult(inp.text)  # type: ignore[method-assign]
-    cases = spread(_read(DATA / "redteam_questions.jsonl"), args.limit)
+    cases = [c for c in _read(DATA / "redteam_questions.jsonl") if not args.ids or c["id"] in args.ids.split(",")]
+    cases = spread(cases, args.limit)
     check = RelayCheck(prompts=(SYSTEM_PROMPT, ANSWER_PROMPT))
     rows: dict[str, dict[str, Any]] = {c["id"]: {"id": c["id"], "technique": c["technique"]} for c in cases}
     flagged: dict[str, int] = {}
@@ -371,6 +373,7 @@ def main() -> int:
     p.add_argument("--data-dir", required=True, help="two indexes live here (clean/, articles/), reused")
     p.add_argument("--llm", choices=("scripted", "local"), default="scripted")
     p.add_argument("--limit", type=int, default=None, help="N cases spread evenly over the set")
+    p.add_argument("--ids", default="", help="only these cases (comma-separated ids, e.g. rt58,rt59)")
     p.add_argument("--defences", choices=("on", "off"), default="on")
     args = p.parse_args()
     print(json.dumps(run(args), ensure_ascii=False))
