@@ -31,10 +31,7 @@ import contextlib
 import logging
 import queue
 import threading
-import time
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -45,10 +42,13 @@ from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem
 from ragidx.article import Article
 from ragidx.config import Settings
+from ragidx.engine_parts.agents import EngineAgents
+from ragidx.engine_parts.retrieval import EngineRetrieval
+from ragidx.engine_parts.sessions import EngineSessions, ScopedAsker
 from ragidx.engine_parts.stores import DeleteReport, EngineStores
 from ragidx.providers.llms import LLMProvider
 from ragidx.providers.model_queue import EngineBusyError, ModelQueue
-from ragidx.stores.access import Principal, Scope
+from ragidx.stores.access import Scope
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.filters import FilterSpec
 from ragidx.sync_call import run_sync
@@ -61,30 +61,28 @@ if TYPE_CHECKING:
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.tools import FunctionTool
 
-    from ragidx.agent.answer import Answer, Progress
+    from ragidx.agent.answer import Answer
     from ragidx.agent.budgeted_llm import BudgetedLLM
     from ragidx.agent.chat_engine import RagChatEngine
     from ragidx.agent.guards import GuardChain, StreamFilter
     from ragidx.agent.memory import SessionMemory
     from ragidx.agent.query_engine import RagQueryEngine
     from ragidx.agent.workflow import RagAgent
-    from ragidx.budget import ArticleCompressor, ContextBudget, RetrievalCap
+    from ragidx.budget import RetrievalCap
+    from ragidx.engine_parts.sessions import StreamItem, TurnPlace
     from ragidx.engine_parts.stores import ChunkStore
-    from ragidx.providers.tokenizer import TokenCounter
-    from ragidx.retrieval.flash import FlashMetrics, FlashReranker
+    from ragidx.retrieval.flash import FlashMetrics
     from ragidx.retrieval.node_retriever import ArticleNodeRetriever
     from ragidx.retrieval.retriever import ArticleRetriever
     from ragidx.tuning.stored import TuningResult
 
-    StreamItem = str | Progress | Answer
-    """What ``Engine.stream_ask`` yields: text as it can be shown, progress (with ``progress=True``), the Answer."""
 
 Groups = Iterable[str] | None
 """Who asks besides ``user``: the reader's groups (as ``Principal.of`` takes them)."""
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DeleteReport", "Engine", "EngineBusyError"]
+__all__ = ["DeleteReport", "Engine", "EngineBusyError", "ScopedAsker"]
 
 
 def _prime_local_model(provider: LLMProvider, endpoint: Any, system_prompt: str) -> None:
@@ -149,9 +147,9 @@ class Engine(PromptMixin):
 
             self.settings = settings_for(self.settings, llm)
             llm_provider = cast(LLMProvider, GivenLLMProvider(llm))
-        self._reranker = reranker
         # Re-entrant: a part built under it builds the parts it needs (the agent, the retriever, the stores).
         self._lock = threading.RLock()
+        self._llm_provider = llm_provider
         self._stores = EngineStores(
             self.settings,
             self._lock,
@@ -160,23 +158,27 @@ class Engine(PromptMixin):
             article_store=article_store,
             on_change=self._rebuild_retrieval,
         )
-        self._llm_provider = llm_provider
-        self._retriever: Any | None = None
-        self._flash_metrics: Any | None = None
-        self._agent: Any | None = None
-        self._session_readers: dict[str, Principal] = {}
-        self._memory: Any | None = None
-        self._guards: Any | None = None
-        self._prompts: PromptDictType = {}  # replaced prompts, applied to the agent when it is built
-        self._retrieval_cap: RetrievalCap | None = None  # shared by budgeted_llm() and retrieve_context_tool()
-        # Agents no question is using, by scope (filters and principal; "" for unscoped public questions), of the
-        # current generation: a turn's state lives on its agent's parts, so two questions never share one.
-        self._idle_agents: dict[str, list[Any]] = {}
-        self._generation = 0  # counts retrieval rebuilds: an agent of an older one is not handed out again
-        self._queue: ModelQueue | None = None
-        self._model_base: str | None = None  # the local model server's address the agents were built for
+        # The parts reach each other through the engine (late, so a part is built only when used; and through
+        # Engine's own methods, which a program may wrap).
+        self._retrieval = EngineRetrieval(
+            self.settings,
+            self._lock,
+            self._stores,
+            llm_provider=lambda: self.llm_provider,
+            reranker=reranker,
+            build=lambda: self._build_retriever(),
+            on_change=self._rebuild_retrieval,
+        )
+        self._agents = EngineAgents(
+            self.settings,
+            self._lock,
+            llm_provider=lambda: self.llm_provider,
+            retriever=lambda: self.retriever,
+            memory=lambda: self.memory,
+            slots=lambda: self.model_queue.slots,
+        )
+        self._sessions = EngineSessions(self.settings, self._lock, self._agents)
 
-    # --- parts, built on first use ----------------------------------------------------------------
     # --- the embedding model and the stores (ragidx.engine_parts.stores) ----------------------------
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -223,6 +225,8 @@ class Engine(PromptMixin):
 
     @property
     def llm_provider(self) -> LLMProvider:
+        """The model factory (the one passed in, or one for these settings, made on first use). It is made here,
+        not in a part, so that ``ragidx.engine.LLMProvider`` is the class a program or test replaces."""
         if self._llm_provider is None:
             with self._lock:
                 if self._llm_provider is None:
@@ -231,45 +235,31 @@ class Engine(PromptMixin):
                     )
         return self._llm_provider
 
+    # --- retrieval (ragidx.engine_parts.retrieval) ------------------------------------------------------
     @property
     def retriever(self) -> ArticleRetriever:
         """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
-        retriever = self._retriever
-        if retriever is None:
-            with self._lock:
-                if self._retriever is None:
-                    self._retriever = self._build_retriever()
-                retriever = self._retriever
-        return retriever
+        return self._retrieval.retriever
 
     def _build_retriever(self) -> ArticleRetriever:
-        from ragidx.retrieval.factory import build_retriever
+        """A new chain (:meth:`ragidx.engine_parts.retrieval.EngineRetrieval.build`); the part builds through
+        this method, so one that wraps it sees every build."""
+        return self._retrieval.build()
 
-        self._stores.check_index_model()
-        flash = self._build_flash() if self.settings.flash.enabled else None
-        return build_retriever(
-            self.retrieval_settings,
-            self.chunk_store,
-            self.article_store,
-            self.embed_model,
-            article_reranker=flash,
-            reranker=self._reranker,
-        )
+    @property
+    def _retriever(self) -> ArticleRetriever | None:
+        """The retrieval chain if it is built (None until a search needs it)."""
+        return self._retrieval._retriever
 
     @property
     def tuning(self) -> TuningResult | None:
         """The stored ``ragidx tune`` result if it was made on this index as it is now, else None."""
-        from ragidx.tuning.stored import load_tuning
-
-        return load_tuning(self.settings, self.article_store)
+        return self._retrieval.tuning
 
     @property
     def retrieval_settings(self) -> Settings:
         """The settings retrieval runs with: the stored tuning (when valid) under the explicitly set fields."""
-        from ragidx.tuning.stored import apply_tuning
-
-        tuning = self.tuning
-        return apply_tuning(self.settings, tuning.settings) if tuning is not None else self.settings
+        return self._retrieval.retrieval_settings
 
     def tune(
         self,
@@ -293,270 +283,82 @@ class Engine(PromptMixin):
             >>> engine.tune().picked                                    # doctest: +SKIP
             'rsf a0.35 c50 offline(1,0.1,0.1,0)'
         """
-        from ragidx.tuning.calibrate import DEFAULT_QUERIES, calibrate
-        from ragidx.tuning.pseudo_queries import DEFAULT_METHOD
-        from ragidx.tuning.stored import save_tuning, tuning_path
-
-        chosen = method or DEFAULT_METHOD
-        llm = self.llm_provider.get(self.settings.llm) if chosen == "llm" else None
-        result = calibrate(
-            self.settings,
-            self.chunk_store,
-            self.article_store,
-            self.embed_model,
-            queries=queries or DEFAULT_QUERIES,
-            method=chosen,  # type: ignore[arg-type]
-            seed=seed,
-            llm=llm,
-            progress=progress,
-        )
-        if save:
-            save_tuning(result, tuning_path(self.settings))
-            self._rebuild_retrieval()
-        return result
+        return self._retrieval.tune(queries=queries, method=method, seed=seed, save=save, progress=progress)
 
     def _rebuild_retrieval(self) -> None:
         """Forget the chain (and the agents holding it): the next use reads the stored tuning again. Questions
         under way finish with the chain they started with."""
         with self._lock:
-            self._retriever = None
-            self._agent = None
-            self._idle_agents = {}
-            self._generation += 1
+            self._retrieval.forget()
+            self._agents.forget()
 
     @property
     def flash_metrics(self) -> FlashMetrics:
         """The flash reranker's Prometheus metrics (``FlashMetrics``; serve ``.registry``), made on first use."""
-        if self._flash_metrics is None:
-            from ragidx.retrieval.flash import FlashMetrics
+        return self._retrieval.flash_metrics
 
-            with self._lock:
-                if self._flash_metrics is None:
-                    self._flash_metrics = FlashMetrics()
-        return self._flash_metrics
-
-    def _build_flash(self) -> FlashReranker:
-        from ragidx.retrieval.factory import build_flash_reranker
-
-        endpoint = self.settings.flash.endpoint(self.settings.llm)
-        return build_flash_reranker(
-            self.settings,
-            self.llm_provider.get(endpoint),
-            token_counter=self.llm_provider.token_counter(endpoint),
-            metrics=self.flash_metrics,
-        )
-
+    # --- agents and turns (ragidx.engine_parts.agents, .sessions) -----------------------------------
     def agent(self, filters: FilterSpec = None, *, user: str | None = None, groups: Groups = None) -> RagAgent:
         """The agent workflow (built once; starts the local model server if the LLM is local). Questions asked
-        at the same time each get their own (:meth:`_borrow_agent`); this is the first of them. With ``filters``
+        at the same time each get their own (``EngineAgents.borrow``); this is the first of them. With ``filters``
         or a principal, an agent whose every search runs with them."""
-        scope = Scope.of(filters, user, groups)
-        with self._lock:
-            if self._agent is None:
-                self._agent = self._build_agent(Scope())
-                self._idle_agents.setdefault("", []).append(self._agent)
-            if scope.is_default:
-                return self._agent
-        agent, generation = self._borrow_agent(scope)
-        self._return_agent(agent, generation, scope)
-        return agent
+        return self._agents.agent(Scope.of(filters, user, groups))
 
     @property
     def model_queue(self) -> ModelQueue:
         """The queue questions wait in for the chat model (``Settings.queue``), made on first use."""
-        if self._queue is None:
-            with self._lock:
-                if self._queue is None:
-                    q = self.settings.queue
-                    self._queue = ModelQueue(
-                        slots=q.effective_slots(self.settings.llm),
-                        max_waiting=q.max_waiting,
-                        max_wait_s=q.max_wait_s,
-                        max_waiting_per_reader=q.max_waiting_per_reader,
-                    )
-        return self._queue
+        return self._sessions.model_queue
 
-    def _borrow_agent(self, scope: Scope) -> tuple[Any, int]:
-        """An agent no other question is using, for ``scope``, and the generation it belongs to (see
-        :meth:`_return_agent`).
+    def _turn(
+        self, session_id: str | None, history: Sequence[Any] | None, scope: Scope
+    ) -> contextlib.AbstractAsyncContextManager[TurnPlace]:
+        """A question's turn at the model (:meth:`ragidx.engine_parts.sessions.EngineSessions.turn`)."""
+        return self._sessions.turn(session_id, history, scope)
 
-        A turn's state lives on its agent's parts (the budget's retrieval cap, the learned window shrink), so two
-        questions answered at once never share one; a scoped agent's retrieval tool holds its filters and reader."""
-        self.agent()  # the first one, and the local model server, exist
-        with self._lock:
-            generation = self._generation
-            idle = self._idle_agents.pop(scope.key, [])
-            agent = idle.pop() if idle else None
-            if idle:
-                self._idle_agents[scope.key] = idle  # most recently used scope last
-        if agent is None:
-            agent = self._build_agent(scope)
-        return agent, generation
+    @property
+    def _agent(self) -> RagAgent | None:
+        """The first agent if it is built (None until a question or :meth:`agent` needs it)."""
+        agent: RagAgent | None = self._agents._agent
+        return agent
 
-    def _return_agent(self, agent: Any, generation: int, scope: Scope) -> None:
-        with self._lock:
-            idle = self._idle_agents.setdefault(scope.key, [])
-            if generation == self._generation and len(idle) < self.model_queue.slots:
-                idle.append(agent)
-            while len(self._idle_agents) > SCOPED_AGENTS:  # the least recently used scope goes
-                self._idle_agents.pop(next(iter(self._idle_agents)))
-
-    def _check_model_server(self) -> None:
-        """Before a turn: start the local model's server again if it died (killed, out of memory). It restarts on
-        its old port where it can; if it moved, the agents built for the old one are dropped."""
-        endpoint = self.settings.llm
-        local_server = getattr(self._llm_provider, "local_server", None)
-        if not endpoint.is_local or local_server is None or self._agent is None:
-            return
-        server = local_server(endpoint)
-        if server.running:
-            return
-        logger.warning("the local model server is not running; starting it again")
-        base = server.start()
-        with self._lock:
-            if self._model_base is not None and base != self._model_base:
-                self._agent = None
-                self._idle_agents = {}
-                self._generation += 1
-            self._model_base = base
-
-    @contextlib.asynccontextmanager
-    async def _turn(self, session_id: str | None, history: Sequence[Any] | None, scope: Scope) -> AsyncIterator[_Place]:
-        """A place in the model queue, a model server that runs, an agent of one's own (its searches in ``scope``),
-        and the session the turn runs in (a throwaway one holding ``history`` when given)."""
-        if history is not None and session_id is not None:
-            raise ValueError("pass either session_id or history, not both")
-        self._claim_session(session_id, scope.principal)
-        t0 = time.perf_counter()
-        async with self.model_queue.aslot(reader=str(scope.principal)):  # readers take turns (the queue's fairness)
-            waited = time.perf_counter() - t0
-            await asyncio.to_thread(self._check_model_server)
-            agent, generation = await asyncio.to_thread(self._borrow_agent, scope)
-            if self._model_base is None and self.settings.llm.is_local:
-                self._model_base = _local_base(self._llm_provider, self.settings.llm)
-            session = session_id
-            if history is not None:
-                session = f"~history-{uuid.uuid4().hex}"
-                self.memory.set(session, list(history))
-            try:
-                yield _Place(agent, session, waited)
-            finally:
-                if history is not None and session is not None:
-                    self.memory.clear(session)
-                self._return_agent(agent, generation, scope)
+    @property
+    def _idle_agents(self) -> dict[str, list[Any]]:
+        """The agents no question is using, by scope."""
+        return self._agents._idle_agents
 
     # --- prompts (LlamaIndex's PromptMixin) -------------------------------------------------------------
     def _get_prompts(self) -> PromptDictType:
         """The agent's prompts by name; without building the agent (which may start the local model's server)
         until it is needed."""
-        if self._agent is not None:
-            prompts: PromptDictType = self._agent.get_prompts()
-            return prompts
-        from llama_index.core.prompts import PromptTemplate
-
-        from ragidx.agent.prompts import CONDENSE_PROMPT, default_prompts
-
-        defaults = default_prompts()
-        if self.settings.llm.effective_follow_ups == "condense":
-            defaults["condense_prompt"] = PromptTemplate(CONDENSE_PROMPT)
-        return {**defaults, **self._prompts}
+        return self._agents.get_prompts()
 
     def _update_prompts(self, prompts_dict: PromptDictType) -> None:
-        from ragidx.agent.prompts import checked
-
-        checked(prompts_dict, self._get_prompts())
-        self._prompts.update(prompts_dict)
-        with self._lock:
-            agents = [self._agent, *(a for idle in self._idle_agents.values() for a in idle)]
-            for agent in {id(a): a for a in agents if a is not None}.values():
-                agent.update_prompts(prompts_dict)
-            self._generation += 1  # an agent answering now is not handed out again with the old prompts
+        self._agents.update_prompts(prompts_dict)
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {}
 
-    def _build_agent(self, scope: Scope) -> RagAgent:
-        from ragidx.agent.rewrite import CondenseRewriter, HeuristicRewriter
-        from ragidx.agent.workflow import RagAgent
-        from ragidx.budget import LLMSummaryCompressor, RetrievalCap
-        from ragidx.tools.retrieve_context import make_retrieve_context_tool
-
-        s = self.settings
-        llm = self.llm_provider.get(s.llm)
-        fallback = self.llm_provider.get(s.fallback_llm) if s.fallback_llm is not None else None
-        tokens = self.llm_provider.token_counter(s.llm)
-        cap = RetrievalCap()
-        compressor = LLMSummaryCompressor(llm, token_counter=tokens) if s.compressor == "llm" else None
-        budget = self._context_budget(tokens, compressor=compressor, cap=cap, memory_llm=llm)
-        deadline = self.llm_provider.answer_deadline(s.llm, llm, tokens)
-        follow_ups = s.llm.effective_follow_ups
-        rewriter = (
-            CondenseRewriter(llm)
-            if follow_ups == "condense"
-            else HeuristicRewriter()
-            if follow_ups == "heuristic"
-            else None
-        )
-        return RagAgent(
-            llm,
-            make_retrieve_context_tool(self.retriever, cap=cap, filters=scope.filters, principal=scope.principal),
-            budget,
-            context_window=s.llm.context_window,
-            max_output_tokens=s.llm.max_output_tokens,
-            tool_mode=s.llm.effective_tool_mode,
-            inline_tool_results=s.llm.effective_inline_tool_results,
-            max_tool_rounds=s.max_tool_rounds,
-            max_queries=s.max_tool_rounds,
-            fallback_llm=fallback,
-            fallback_context_window=s.fallback_llm.context_window if s.fallback_llm else None,
-            fallback_max_output_tokens=s.fallback_llm.max_output_tokens if s.fallback_llm else None,
-            memory=self.memory,
-            retries=s.llm.effective_max_retries,
-            plan=s.plan_searches,
-            deadline=deadline,
-            max_prompt_tokens=s.llm.max_prompt_tokens,
-            answer_check=self.llm_provider.answer_check(s.llm),
-            guards=self.guards,
-            rewriter=rewriter,
-            prompts=self._prompts,
-        )
-
+    # --- guards and conversations (ragidx.engine_parts.agents, .sessions) ------------------------------
     @property
     def guards(self) -> GuardChain:
         """The answer guard chain of the configured model's profile (``[llm] guards``; see ``ragidx.agent.guards``)."""
-        if self._guards is None:
-            from ragidx.agent.guards import GuardChain
-            from ragidx.agent.rendering import prompt_title
-
-            llm = self.settings.llm
-            self._guards = GuardChain(llm.effective_guards, llm.guard_names, title=prompt_title)
-        return self._guards
+        return self._agents.guards
 
     @guards.setter
     def guards(self, chain: GuardChain) -> None:
         """Answers asked from now on run ``chain`` (a program's own guards: ``engine.guards =
         engine.guards.with_rules(MyGuard())``); agents built with the earlier chain are not handed out again."""
-        with self._lock:
-            self._guards = chain
-            self._agent = None
-            self._idle_agents = {}
-            self._generation += 1
+        self._agents.guards = chain
 
     def stream_filter(self, question: str = "") -> StreamFilter:
         """A fresh :class:`ragidx.agent.guards.StreamFilter` for one streamed answer to ``question``: what
         :meth:`stream_ask` lets through of the model's words (no text the finished answer withdraws)."""
-        return cast("StreamFilter", self.guards.stream_filter(question))
+        return self._agents.stream_filter(question)
 
     @property
     def memory(self) -> SessionMemory:
         """The conversations of ``session_id`` turns (``SessionMemory``), shared by the agent and chat engines."""
-        if self._memory is None:
-            from ragidx.agent.memory import SessionMemory
-
-            with self._lock:
-                if self._memory is None:
-                    self._memory = SessionMemory()
-        return self._memory
+        return self._sessions.memory
 
     def ingestor(self) -> Ingestor:
         return self._stores.ingestor()
@@ -719,17 +521,6 @@ class Engine(PromptMixin):
         async with self._turn(session_id, history, scope) as place:
             answer = await place.agent.run(question=question, session_id=place.session)
         return place.finish(answer, history is not None)
-
-    def _claim_session(self, session_id: str | None, principal: Principal) -> None:
-        """A conversation's memory holds answers from what its reader may read: no one else continues it."""
-        if session_id is None:
-            return
-        with self._lock:
-            owner = self._session_readers.setdefault(session_id, principal)
-        if set(owner.principals) != set(principal.principals):
-            raise PermissionError(
-                f"session {session_id!r} belongs to another reader; start a new session (another session_id)"
-            )
 
     def astream_ask(
         self,
@@ -900,11 +691,7 @@ class Engine(PromptMixin):
     def retrieval_cap(self) -> RetrievalCap:
         """How many articles the next search of :meth:`retrieve_context_tool` may return: set after every call
         of an LLM from :meth:`budgeted_llm` by the room left in its window (the small-window top-k)."""
-        if self._retrieval_cap is None:
-            from ragidx.budget import RetrievalCap
-
-            self._retrieval_cap = RetrievalCap()
-        return self._retrieval_cap
+        return self._agents.retrieval_cap
 
     def budgeted_llm(
         self,
@@ -921,48 +708,7 @@ class Engine(PromptMixin):
         A call the budget says needs a larger window goes to ``fallback_llm`` (default: the settings'
         ``fallback_llm``, if any). After every call the budget sets :attr:`retrieval_cap`, which
         :meth:`retrieve_context_tool` reads: on a small window the next search returns fewer articles."""
-        from ragidx.agent.budgeted_llm import BudgetedLLM
-        from ragidx.providers.tokenizer import TokenCounter
-
-        endpoint = self.settings.fallback_llm if fallback_llm is None else None
-        tokens = TokenCounter(tokenizer or "cl100k_base")
-        budget = self._context_budget(tokens, cap=self.retrieval_cap, memory_llm=llm)
-        return BudgetedLLM(
-            llm,
-            budget,
-            fallback_llm=self.llm_provider.get(endpoint) if endpoint is not None else fallback_llm,
-            fallback_context_window=endpoint.context_window if endpoint is not None else None,
-            fallback_max_output_tokens=endpoint.max_output_tokens if endpoint is not None else None,
-        )
-
-    def _context_budget(
-        self,
-        tokens: TokenCounter,
-        *,
-        compressor: ArticleCompressor | None = None,
-        cap: RetrievalCap | None = None,
-        memory_llm: Any | None = None,
-    ) -> ContextBudget:
-        """The context budget these settings describe (budget_* values, the fallback model's window, top_k); with
-        ``memory_summary="llm"`` earlier turns are summarized by ``memory_llm``."""
-        from ragidx.budget import ContextBudget, ConversationMemory
-
-        s = self.settings
-        by_llm = memory_llm if s.memory_summary == "llm" else None
-        return ContextBudget(
-            tokens,
-            compressor,
-            memory=ConversationMemory(by_llm, token_counter=tokens),
-            cap=cap,
-            trigger_pct=s.budget_trigger_pct,
-            target_pct=s.budget_target_pct,
-            min_article_tokens=s.budget_min_article_tokens,
-            safety_margin_pct=s.budget_safety_margin_pct,
-            memory_trigger_pct=s.memory_trigger_pct,
-            fallback_context_window=s.fallback_llm.context_window if s.fallback_llm is not None else None,
-            max_articles_per_call=s.top_k,
-            relevance_floor=s.budget_relevance_floor,
-        )
+        return self._agents.budgeted_llm(llm, tokenizer=tokenizer, fallback_llm=fallback_llm)
 
     def as_chat_engine(
         self,
@@ -1005,72 +751,3 @@ class Engine(PromptMixin):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-@dataclass
-class _Place:
-    """A question's turn at the model: its agent, the session it runs in, and how long it waited in the queue."""
-
-    agent: Any
-    session: str | None
-    waited_s: float
-
-    def finish(self, answer: Answer, throwaway_session: bool) -> Answer:
-        """The answer with its queue wait in ``timings["queue_wait"]`` (not in ``total``: the turn's own time)."""
-        answer.timings["queue_wait"] = round(self.waited_s, 4)
-        if throwaway_session:
-            answer.session_id = None
-        return answer
-
-
-def _local_base(provider: Any, endpoint: Any) -> str | None:
-    """The local model server's address, when the provider runs one that is started."""
-    local_server = getattr(provider, "local_server", None)
-    if local_server is None:
-        return None
-    server = local_server(endpoint)
-    return server.api_base if server.running else None
-
-
-SCOPED_AGENTS = 32
-"""Agents kept for filtered or per-principal questions (each holds its scope's tool; the model is shared)."""
-
-
-class ScopedAsker(PromptMixin):
-    """``Engine.ask`` and its streaming forms, bound to one scope: what the LlamaIndex query and chat engines
-    hold, so every question they pass on runs with these filters as this principal. Its prompts are the
-    engine's (shared by every scope).
-
-    Example:
-        >>> asker = ScopedAsker(engine, Scope.of(user="ann"))  # doctest: +SKIP
-        >>> asker.ask("How do I file expenses?").citations     # doctest: +SKIP
-    """
-
-    def __init__(self, engine: Engine, scope: Scope) -> None:
-        self.engine = engine
-        self.scope = scope
-
-    def ask(self, question: str, session_id: str | None = None) -> Answer:
-        return run_sync(self.engine._aask(question, session_id, self.scope))
-
-    async def aask(self, question: str, session_id: str | None = None) -> Answer:
-        return await self.engine._aask(question, session_id, self.scope)
-
-    def stream_ask(self, question: str, session_id: str | None = None) -> Iterator[StreamItem]:
-        return self.engine._stream_ask(question, session_id, self.scope)
-
-    def astream_ask(self, question: str, session_id: str | None = None) -> AsyncIterator[StreamItem]:
-        return self.engine._astream_ask(question, session_id, self.scope)
-
-    def _get_prompts(self) -> PromptDictType:
-        prompts: PromptDictType = self.engine.get_prompts()
-        return prompts
-
-    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
-        self.engine.update_prompts(prompts_dict)
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {}
-
-    def __getattr__(self, name: str) -> Any:  # settings, memory ... of the engine
-        return getattr(self.engine, name)

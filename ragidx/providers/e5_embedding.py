@@ -19,7 +19,7 @@ Its vectors are as wide as MiniLM's, so the index records which model built it
 ``e5-multilingual`` for the C engine (as before the ONNX engine existed), ``e5-multilingual@onnx-q4`` and
 ``e5-multilingual@onnx-int8`` for ONNX. Their vectors agree (cosine ≥ 0.998 on LibreOffice en/ru chunks), so
 queries work across them; the engine writes with the engine that built the index
-(:meth:`ragidx.engine.Engine._build_embed_model`) and the store refuses any other, so they never mix.
+(:meth:`ragidx.engine_parts.stores.EngineStores.build_embed_model`) and the store refuses any other, so they never mix.
 
 What it costs is on the docs' benchmarks page ("Ingestion and start-up").
 
