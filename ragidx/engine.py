@@ -9,6 +9,10 @@ bounds :class:`~ragidx.providers.model_queue.EngineBusyError` says when to ask a
 the same time has its own agent (an agent's budget and retrieval cap hold one turn's state); and an ingest swaps the
 retrieval chain only when it is done, so questions asked meanwhile keep the chain they started with.
 
+``Engine`` is the facade: its jobs live in :mod:`ragidx.engine_parts` (``stores``: the embedding model, the stores,
+ingest and delete; ``retrieval``: the chain and its tuning; ``agents``: agents by scope, prompts, guards, budget;
+``sessions``: the model queue, who owns a conversation, a question's turn), which it builds and wires together.
+
 Example:
     >>> from ragidx import Engine, Settings
     >>> engine = Engine(Settings(data_dir="/tmp/ragidx-demo"))
@@ -26,10 +30,8 @@ default the public, who reads only articles that carry no principals). Both go i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -518,9 +520,7 @@ class Engine(PromptMixin):
     async def _aask(
         self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None
     ) -> Answer:
-        async with self._turn(session_id, history, scope) as place:
-            answer = await place.agent.run(question=question, session_id=place.session)
-        return place.finish(answer, history is not None)
+        return await self._sessions.ask(question, session_id, scope, history)
 
     def astream_ask(
         self,
@@ -551,7 +551,7 @@ class Engine(PromptMixin):
             question, session_id, Scope.of(filters, user, groups), history, progress=progress, raw=raw
         )
 
-    async def _astream_ask(
+    def _astream_ask(
         self,
         question: str,
         session_id: str | None,
@@ -561,37 +561,7 @@ class Engine(PromptMixin):
         progress: bool = False,
         raw: bool = False,
     ) -> AsyncGenerator[StreamItem, None]:
-        from ragidx.agent.answer import Progress
-        from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
-
-        shown = None if raw else self.stream_filter(question)
-        async with self._turn(session_id, history, scope) as place:
-            handler = place.agent.run(question=question, session_id=place.session)
-            try:
-                async for event in handler.stream_events():
-                    if isinstance(event, AnswerDeltaEvent):
-                        if piece := (event.delta if shown is None else shown.feed(event.delta)):
-                            yield piece
-                    elif progress and isinstance(event, SearchEvent):
-                        yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
-                    elif isinstance(event, BudgetReportEvent):
-                        titles = tuple(event.titles)
-                        if shown is not None:
-                            shown.show(titles)  # a closing sentence that only names them is held back too
-                        if progress:
-                            yield Progress(
-                                "prompt", call=event.call, tokens=event.tokens, articles=titles,
-                                expected_s=event.expected_s,
-                            )  # fmt: skip
-                answer = await handler
-            finally:
-                if not handler.done():
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(handler.cancel_run())
-        final = place.finish(answer, history is not None)
-        if shown is not None and (closing := shown.finish(final)):
-            yield closing
-        yield final
+        return self._sessions.astream(question, session_id, scope, history, progress=progress, raw=raw)
 
     def stream_ask(
         self,
@@ -620,28 +590,7 @@ class Engine(PromptMixin):
         progress: bool = False,
         raw: bool = False,
     ) -> Iterator[StreamItem]:
-        items: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-        async def pump() -> None:
-            try:
-                stream = self._astream_ask(question, session_id, scope, history, progress=progress, raw=raw)
-                async for item in stream:
-                    items.put(("item", item))
-            except BaseException as exc:
-                items.put(("error", exc))
-            finally:
-                items.put(("end", None))
-
-        thread = threading.Thread(target=lambda: asyncio.run(pump()), daemon=True)
-        thread.start()
-        while True:
-            kind, value = items.get()
-            if kind == "end":
-                break
-            if kind == "error":
-                raise value
-            yield value
-        thread.join()
+        return self._sessions.stream(question, session_id, scope, history, progress=progress, raw=raw)
 
     # --- LlamaIndex surfaces ---------------------------------------------------------------------
     def as_retriever(

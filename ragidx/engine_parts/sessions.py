@@ -2,18 +2,21 @@
 
 Separate from ``Engine`` because this is where questions asked at the same time meet: the fair, bounded model
 queue (``Settings.queue``), the check that only a session's own reader continues it, and the turn that holds a
-queue place, a running model server and an agent of its own (:meth:`EngineSessions.turn`). :class:`ScopedAsker`
-binds ``Engine.ask`` to one scope for LlamaIndex's query and chat engines.
+queue place, a running model server and an agent of its own (:meth:`EngineSessions.turn`), and the question
+answered in it, whole or streamed (:meth:`EngineSessions.ask`, :meth:`EngineSessions.astream`,
+:meth:`EngineSessions.stream`). :class:`ScopedAsker` binds ``Engine.ask`` to one scope for LlamaIndex's query and
+chat engines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +29,8 @@ from ragidx.stores.access import Principal, Scope
 from ragidx.sync_call import run_sync
 
 if TYPE_CHECKING:
+    from llama_index.core.base.llms.types import ChatMessage
+
     from ragidx.agent.answer import Answer, Progress
     from ragidx.agent.memory import SessionMemory
     from ragidx.engine import Engine
@@ -129,6 +134,92 @@ class EngineSessions:
                 if history is not None and session is not None:
                     self.memory.clear(session)
                 self._agents.give_back(agent, generation, scope)
+
+    async def ask(
+        self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None
+    ) -> Answer:
+        """``Engine.ask``: ``question`` answered in a turn of its own."""
+        async with self.turn(session_id, history, scope) as place:
+            answer = await place.agent.run(question=question, session_id=place.session)
+        return place.finish(answer, history is not None)
+
+    async def astream(
+        self,
+        question: str,
+        session_id: str | None,
+        scope: Scope,
+        history: Sequence[ChatMessage] | None = None,
+        *,
+        progress: bool = False,
+        raw: bool = False,
+    ) -> AsyncGenerator[StreamItem, None]:
+        """``Engine.astream_ask``: the answer's pieces as the stream filter lets them through (all of the model's
+        words with ``raw``), progress with ``progress``, then the Answer; a consumer that stops stops the turn."""
+        from ragidx.agent.answer import Progress
+        from ragidx.agent.events import AnswerDeltaEvent, BudgetReportEvent, SearchEvent
+
+        shown = None if raw else self._agents.stream_filter(question)
+        async with self.turn(session_id, history, scope) as place:
+            handler = place.agent.run(question=question, session_id=place.session)
+            try:
+                async for event in handler.stream_events():
+                    if isinstance(event, AnswerDeltaEvent):
+                        if piece := (event.delta if shown is None else shown.feed(event.delta)):
+                            yield piece
+                    elif progress and isinstance(event, SearchEvent):
+                        yield Progress("search", query=event.query, articles=tuple(event.titles), error=event.error)
+                    elif isinstance(event, BudgetReportEvent):
+                        titles = tuple(event.titles)
+                        if shown is not None:
+                            shown.show(titles)  # a closing sentence that only names them is held back too
+                        if progress:
+                            yield Progress(
+                                "prompt", call=event.call, tokens=event.tokens, articles=titles,
+                                expected_s=event.expected_s,
+                            )  # fmt: skip
+                answer = await handler
+            finally:
+                if not handler.done():
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(handler.cancel_run())
+        final = place.finish(answer, history is not None)
+        if shown is not None and (closing := shown.finish(final)):
+            yield closing
+        yield final
+
+    def stream(
+        self,
+        question: str,
+        session_id: str | None,
+        scope: Scope,
+        history: Sequence[ChatMessage] | None = None,
+        *,
+        progress: bool = False,
+        raw: bool = False,
+    ) -> Iterator[StreamItem]:
+        """``Engine.stream_ask``: :meth:`astream` run on an event loop of its own in a thread, its items handed on."""
+        items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                stream = self.astream(question, session_id, scope, history, progress=progress, raw=raw)
+                async for item in stream:
+                    items.put(("item", item))
+            except BaseException as exc:
+                items.put(("error", exc))
+            finally:
+                items.put(("end", None))
+
+        thread = threading.Thread(target=lambda: asyncio.run(pump()), daemon=True)
+        thread.start()
+        while True:
+            kind, value = items.get()
+            if kind == "end":
+                break
+            if kind == "error":
+                raise value
+            yield value
+        thread.join()
 
 
 class ScopedAsker(PromptMixin):
