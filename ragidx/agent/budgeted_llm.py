@@ -333,21 +333,7 @@ class BudgetedLLM(FunctionCallingLLM):
             )
             total = acc.count_prompt(sent, tools=tools)
             keep -= max(1, total - limits.hard_limit)
-        report = BudgetReport(
-            context_window=window,
-            trigger_pct=limits.trigger_pct,
-            target_pct=limits.target_pct,
-            trigger_tokens=limits.trigger,
-            target_tokens=limits.target,
-            safety_margin_pct=limits.margin_pct,
-            safety_margin_tokens=limits.margin,
-            reserved_output_tokens=limits.max_output_tokens,
-            hard_limit_tokens=limits.hard_limit,
-            min_article_tokens=limits.min_article_tokens,
-            tokens_before=before,
-            tokens_after=total,
-            path=["middle_truncated"],
-        )
+        report = BudgetReport.of(limits, tokens_before=before, tokens_after=total, path=["middle_truncated"])
         logger.warning(
             "context budget: no context block of a known template in the prompt (ragidx.budget.prompt_context); "
             "cut the middle of its largest message (%s, %d of its tokens kept) to fit: %d -> %d tokens of %d",

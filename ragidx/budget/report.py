@@ -12,10 +12,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llama_index.core.instrumentation.events.base import BaseEvent
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from ragidx.budget.allocation import WindowLimits
 
 __all__ = [
     "ArticleOutcome",
@@ -86,6 +89,31 @@ class BudgetReport(BaseModel):
     fallback_recommended: bool = False
     fallback_reason: str | None = None
     duration_ms: float = 0.0
+
+    @classmethod
+    def of(cls, limits: WindowLimits, **measured: Any) -> BudgetReport:
+        """A report of one call under ``limits`` (its window, trigger, target, margin, reserve, hard limit), with
+        what was ``measured``.
+
+        Example:
+            >>> from ragidx.budget.allocation import WindowLimits
+            >>> limits = WindowLimits.compute(8192, max_output_tokens=512)
+            >>> BudgetReport.of(limits, tokens_after=900).hard_limit_tokens
+            7270
+        """
+        return cls(
+            context_window=limits.context_window,
+            trigger_pct=limits.trigger_pct,
+            target_pct=limits.target_pct,
+            trigger_tokens=limits.trigger,
+            target_tokens=limits.target,
+            safety_margin_pct=limits.margin_pct,
+            safety_margin_tokens=limits.margin,
+            reserved_output_tokens=limits.max_output_tokens,
+            hard_limit_tokens=limits.hard_limit,
+            min_article_tokens=limits.min_article_tokens,
+            **measured,
+        )
 
 
 class ContextBudgetEvent(BaseEvent):

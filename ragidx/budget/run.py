@@ -245,20 +245,8 @@ class BudgetRun:
         self.rewritten = self.memory_changed = False
         self.use(messages, results)
         tokens_before = self.send()
-        self.report = BudgetReport(
-            context_window=limits.context_window,
-            trigger_pct=limits.trigger_pct,
-            target_pct=limits.target_pct,
-            trigger_tokens=limits.trigger,
-            target_tokens=limits.target,
-            safety_margin_pct=limits.margin_pct,
-            safety_margin_tokens=limits.margin,
-            reserved_output_tokens=limits.max_output_tokens,
-            hard_limit_tokens=limits.hard_limit,
-            fixed_tokens=self.fixed_tokens(),
-            min_article_tokens=limits.min_article_tokens,
-            compressor=compressor,
-            tokens_before=tokens_before,
+        self.report = BudgetReport.of(
+            limits, fixed_tokens=self.fixed_tokens(), compressor=compressor, tokens_before=tokens_before
         )
 
     def use(self, messages: Sequence[ChatMessage], results: Mapping[str, SearchResult]) -> None:
