@@ -116,7 +116,9 @@ def log_to_stderr(log_format: Literal["json", "text"] = "json", stream: Any = No
     returns what undoes it (the loggers as they were)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonLines() if log_format == "json" else LogfmtLines())
-    loggers = [logging.getLogger("ragidx.server"), logging.getLogger("uvicorn")]
+    # uvicorn.error named as well as its parent: uvicorn's own logging config (any uvicorn.Config in the process with
+    # its default log_config) may leave either one propagating elsewhere
+    loggers = [logging.getLogger(name) for name in ("ragidx.server", "uvicorn", "uvicorn.error")]
     kept = [(lg, lg.level, lg.propagate) for lg in loggers]
     loggers[0].setLevel(logging.INFO)
     for lg in loggers:
