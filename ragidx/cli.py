@@ -381,17 +381,20 @@ def cmd_migrate_articles(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    rest = list(args.rest)
+    if getattr(args, "data_dir", None) and args.what in ("retrieval", "answers") and "--data-dir" not in rest:
+        rest += ["--data-dir", str(args.data_dir)]  # `ragidx --data-dir X eval ...`, as for every other command
     if args.what == "retrieval":
         from ragidx.evaluation.retrieval import main as retrieval_main
 
-        return int(retrieval_main(args.rest))
+        return int(retrieval_main(rest))
     if args.what == "answers":
         from ragidx.evaluation.answers import main as answers_main
 
-        return int(answers_main(args.rest))
+        return int(answers_main(rest))
     from ragidx.evaluation.compression import main as compression_main
 
-    return int(compression_main(args.rest) or 0)
+    return int(compression_main(rest) or 0)
 
 
 def cmd_runtime(args: argparse.Namespace) -> int:

@@ -584,3 +584,14 @@ def test_list_shows_the_ids_that_delete_takes_and_search_shows_only_a_persons_fi
     assert main(["--data-dir", data, "search", "refunds"]) == 0
     shown = capsys.readouterr().out
     assert "folder: billing" in shown and "file_stamp" not in shown and "sections" not in shown
+
+
+def test_eval_takes_the_global_data_dir_like_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr("ragidx.evaluation.retrieval.main", lambda argv: seen.append(list(argv)) or 0)
+    assert main(["--data-dir", str(tmp_path), "eval", "retrieval", "--beir", "b"]) == 0
+    assert main(["eval", "retrieval", "--beir", "b", "--data-dir", "own"]) == 0  # its own option is kept
+    assert seen == [["--beir", "b", "--data-dir", str(tmp_path)], ["--beir", "b", "--data-dir", "own"]]
+    from ragidx.evaluation.retrieval import build_parser
+
+    assert build_parser().parse_args(["--beir", "b", "--data-dir", "x"]).data_dir == Path("x")

@@ -400,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", default="test", help="qrels file name without .tsv (default: test)")
     parser.add_argument("--depth", type=int, default=100, help="articles ranked per query (default: 100)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="scratch indexes (default: DATA_DIR/eval-cache)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR (default: RAGIDX_DATA_DIR or ./.ragidx)")
     parser.add_argument("--reranker", choices=["offline", "cohere", "cross-encoder", "none"], default=None)
     parser.add_argument("--alpha", type=float, default=None, help="hybrid_alpha (1.0 = vector only)")
     parser.add_argument("--quantize", action=argparse.BooleanOptionalAction, default=None, help="int8 embedding model")
@@ -435,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["hybrid_alpha"] = args.alpha
     if args.quantize is not None:
         overrides["embed_quantize"] = args.quantize
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
     try:
         settings = Settings(**overrides)
         dataset = load_beir(args.beir, split=args.split, limit=args.limit)
