@@ -59,44 +59,35 @@ MAX_HEADER_BYTES = 16 * 1024
 """The most a request's line and headers may hold (h11's limit; a larger one is answered 400 and closed)."""
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
+def _line(formatter: logging.Formatter, record: logging.LogRecord) -> dict[str, Any]:
+    """What a log line holds, in order: ``time``, ``level``, ``logger``, ``msg``, the record's ``ragidx`` fields,
+    and ``error`` (the exception's type and text) and ``traceback`` when it has one."""
     fields = getattr(record, "ragidx", None)
-    return fields if isinstance(fields, dict) else {}
+    line: dict[str, Any] = {
+        "time": _utc(record.created),
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+        **(fields if isinstance(fields, dict) else {}),
+    }
+    if record.exc_info and record.exc_info[1] is not None:
+        line["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        line["traceback"] = formatter.formatException(record.exc_info)
+    return line
 
 
 class JsonLines(logging.Formatter):
-    """A record as one JSON object on one line: ``time``, ``level``, ``logger``, ``msg``, the record's
-    ``ragidx`` fields, and ``error`` (the exception's type and text) and ``traceback`` when it has one."""
+    """A record as one JSON object on one line (:func:`_line`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": _utc(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **_fields(record),
-        }
-        if record.exc_info and record.exc_info[1] is not None:
-            line["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
-            line["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return json.dumps(_line(self, record), ensure_ascii=False, default=str)
 
 
 class LogfmtLines(logging.Formatter):
-    """A record as logfmt: ``time=... level=info logger=... msg="..." key=value ...`` on one line."""
+    """A record as logfmt: ``time=... level=info logger=... msg="..." key=value ...`` on one line (:func:`_line`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        pairs: dict[str, Any] = {
-            "time": _utc(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **_fields(record),
-        }
-        if record.exc_info and record.exc_info[1] is not None:
-            pairs["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
-            pairs["traceback"] = self.formatException(record.exc_info)
-        return " ".join(f"{k}={_logfmt(v)}" for k, v in pairs.items() if v is not None)
+        return " ".join(f"{k}={_logfmt(v)}" for k, v in _line(self, record).items() if v is not None)
 
 
 def _logfmt(value: Any) -> str:
