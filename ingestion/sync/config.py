@@ -37,8 +37,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ragidx.stores.access import InvalidPermissions, checked_permissions
-
 __all__ = [
     "DocumentMapping",
     "SourceConfig",
@@ -185,6 +183,8 @@ class SourceConfig(BaseModel):
     def _valid_allowed(cls, value: list[str]) -> list[str]:
         if not value:
             return []
+        from ragidx.stores.access import InvalidPermissions, checked_permissions  # llama_index: only when used
+
         try:
             return list(checked_permissions({"allowed": value})["allowed"])
         except InvalidPermissions as exc:
@@ -195,6 +195,8 @@ class SourceConfig(BaseModel):
     def _no_allowed_in_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
         if "allowed" in value:
             raise ValueError("give a source's readers as its 'allowed' field, not inside 'metadata'")
+        from ragidx.stores.access import InvalidPermissions, checked_permissions
+
         try:
             checked_permissions(value)  # a misspelt 'allowed' key would leave the articles public
         except InvalidPermissions as exc:
