@@ -13,6 +13,7 @@
     ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
     ragidx runtime [status | native [--sdist FILE] [--force] | portable]
     ragidx serve [--host H] [--port N]
+    ragidx mcp [--http [--host H] [--port N]]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
 ``--data-dir`` overrides where the stores live. ``--data-dir`` and ``-v`` go before the command's name or after it.
@@ -473,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
+    from ragidx.integrations.mcp_command import add_mcp_command
 
     p = sub.add_parser(
         "ingest",
@@ -588,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.set_defaults(func=cmd_serve)
+    add_mcp_command(sub)
     for command in sub.choices.values():
         _global_arguments(command, subcommand=True)
     return parser

@@ -395,10 +395,14 @@ def create_app(engine: Engine) -> FastAPI:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    if engine.settings.mcp.serve:  # MCP at /mcp, behind the same key check (ragidx.integrations.mcp_server)
+        from ragidx.integrations.mcp_server import mount_mcp
+
+        mount_mcp(app, engine)
     return app
 
 
-_ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/chat/completions"})
+_ROUTES = frozenset({"/health", "/metrics", "/v1/models", "/v1/search", "/v1/chat/completions", "/mcp"})
 
 
 _READER = "ragidx_reader"

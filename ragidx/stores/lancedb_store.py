@@ -346,6 +346,16 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                     updated[row["kb_id"]] = updated.get(row["kb_id"], 0) + int(getattr(result, "rows_updated", 0) or 0)
         return updated
 
+    def article_vectors(self, kb_ids: Sequence[str]) -> list[tuple[str, str, list[float]]]:
+        """(title, text, vector) of every chunk of these articles: what an ingest of the same text under another id
+        may reuse instead of embedding it again (a moved file, ``ingestion.sync.reuse``)."""
+        table = self._open()
+        if table is None or not kb_ids:
+            return []
+        where = self._scoped(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")
+        rows = table.to_lance().to_table(columns=["title", "text", "vector"], filter=where).to_pylist()
+        return [(r["title"], r["text"], list(r["vector"])) for r in rows]
+
     def _chunk_places(self, table: Any, kb_ids: Sequence[str]) -> dict[str, dict[str, list[str]]]:
         """kb_id → each place its chunks have (the JSON of their :data:`CHUNK_PLACE_KEYS`) → those chunks' ids."""
         where = self._scoped(f"kb_id IN ({', '.join(sql_literal(k) for k in kb_ids)})")

@@ -1,0 +1,1 @@
+"""OpenTelemetry traces of ragidx (filled in below)."""
