@@ -33,6 +33,9 @@ leaves it out."""
 LOCATION = "location"
 """Metadata key of where in its article a result's best chunk is: ``{"section"?, "page"?, "url"}`` with ``url``
 the article's link to that place (``file.pdf#page=12``, ``page.html#anchor``)."""
+RERANK_FALLBACK = "rerank_fallback"
+"""Metadata key of why a search's chunks were ranked without its rerank service (it timed out, refused, failed)
+and which order was used instead (``ragidx.retrieval.rerank_fallback``); left out of the JSON a model reads."""
 SEE_ABOVE = "see_above"
 """An article repeated in a later search result is written as ``{"kb_id", "title", "url", "see_above": true}``
 (its full copy is shown earlier); in a ``SearchResult`` it is an article whose metadata has this key."""
@@ -186,8 +189,9 @@ def _article_json(article: Article) -> dict[str, Any]:
     if article.metadata.get(SEE_ABOVE):
         return {"kb_id": article.kb_id, "title": article.title, "url": article.url, SEE_ABOVE: True}
     data = article.to_dict()
-    if SECTIONS in data["metadata"]:  # where each section starts: for citations, tokens for nothing in a prompt
-        data["metadata"] = {k: v for k, v in data["metadata"].items() if k != SECTIONS}
+    if SECTIONS in data["metadata"] or RERANK_FALLBACK in data["metadata"]:  # for citations and the answer's
+        # report: tokens for nothing in a prompt
+        data["metadata"] = {k: v for k, v in data["metadata"].items() if k not in (SECTIONS, RERANK_FALLBACK)}
     return data
 
 

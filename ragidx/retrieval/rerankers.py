@@ -1,7 +1,9 @@
 """The chunk rerankers a setting can name: a registry of factories by name, read when a retriever is built.
 
 ``Settings.reranker`` names one: ``offline`` (ragidx's own, no model), ``cohere`` (Cohere's rerank API),
-``cross-encoder`` (a local sentence-transformers model), ``none`` (search order), and any a program registers with
+``cross-encoder`` (a local sentence-transformers model), ``none`` (search order), ``endpoint`` (the ``/rerank``
+service in ``[rerank]``: Cohere, Jina, Voyage, TEI, Infinity, vLLM; on a failure the offline reranker's or the
+search's order, with the reason on the answer), and any a program registers with
 :func:`register_reranker` before it builds its settings (``reranker = "mine"`` in ``ragidx.toml`` is then checked
 against the registry). A factory takes the ``Settings`` (``rerank_top_n`` and whatever else it reads) and returns a
 LlamaIndex ``BaseNodePostprocessor`` that reorders (and may cut) the searched chunks, or None for no rerank.
@@ -120,5 +122,18 @@ def _none(settings: Settings) -> None:
     return None
 
 
-for _name, _factory in (("offline", _offline), ("cohere", _cohere), ("cross-encoder", _cross_encoder), ("none", _none)):
+def _endpoint(settings: Settings) -> BaseNodePostprocessor:
+    from ragidx.retrieval.endpoint_reranker import endpoint_reranker
+
+    fallback = _offline(settings) if settings.rerank.fallback == "offline" else None
+    return endpoint_reranker(settings.rerank, top_n=settings.rerank_top_n, fallback=fallback)
+
+
+for _name, _factory in (
+    ("offline", _offline),
+    ("cohere", _cohere),
+    ("cross-encoder", _cross_encoder),
+    ("none", _none),
+    ("endpoint", _endpoint),
+):
     register_reranker(_name, _factory)

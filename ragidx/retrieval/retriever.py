@@ -49,6 +49,7 @@ from ragidx.retrieval.article_grouper import ArticleGrouper, ArticleSource, arti
 from ragidx.retrieval.flash.excerpts import EXCERPT_OF_CHARS
 from ragidx.retrieval.flash.reranker import FLASH_EXCERPT
 from ragidx.retrieval.ranks import assign_ranks, ranks_of
+from ragidx.retrieval.rerank_fallback import with_fallback_reason
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal, scoped_filters
 from ragidx.stores.fusion import FUSIONS, Fusion
 
@@ -192,7 +193,7 @@ class ArticleRetriever:
         """Step 3: whole articles ``principal`` may read, ranked, with their rank metadata (the candidates, with
         an article reranker)."""
         nodes = self.grouper.group(chunks, top_n=self._group_keep(top_k), query=query, principal=principal)
-        return [article_from_node(n) for n in nodes]
+        return with_fallback_reason(chunks, [article_from_node(n) for n in nodes])  # a rerank service that failed
 
     def rerank_articles(self, query: str, articles: list[Article], top_k: int | None = None) -> list[Article]:
         """Step 4 (with an ``article_reranker``): its choice, at most ``top_k``, ranks recomputed."""

@@ -23,6 +23,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
 
 from ragidx.agent.answer import Answer
+from ragidx.retrieval.rerank_fallback import fallback_of
 from ragidx.safety.injection import shown_title, shown_url
 from ragidx.stores.filters import INTERNAL_FIELDS, as_filters, parse_filter
 
@@ -278,6 +279,7 @@ def answer_extra(answer: Answer) -> dict[str, Any]:
         ],
         "not_found": answer.not_found,
         "reason": answer.not_found_reason,
+        "rerank_fallback": fallback_of(answer.articles),  # the rerank service failed: why, and the order used
         "queries": list(answer.queries),
         "timings": dict(answer.timings),
     }

@@ -45,7 +45,7 @@ def test_the_built_in_names_make_their_rerankers() -> None:
     import ragidx
 
     assert ragidx.register_reranker is register_reranker
-    assert reranker_names() == ("offline", "cohere", "cross-encoder", "none")
+    assert reranker_names() == ("offline", "cohere", "cross-encoder", "none", "endpoint")
     assert isinstance(build_chunk_reranker(Settings()), OfflineChunkReranker)
     cohere = build_chunk_reranker(Settings(reranker="cohere", cohere_api_key="k", rerank_top_n=4))
     assert isinstance(cohere, CohereChunkReranker) and cohere.top_n == 4
