@@ -43,6 +43,7 @@ from ragidx.agent.citations import resolve_citations  # noqa: E402
 from ragidx.agent.guards import ALL_NAMES, PROFILE_NAMES, GateInput, GuardChain  # noqa: E402
 from ragidx.agent.guards.gates import ANSWER_CHECK  # noqa: E402
 from ragidx.agent.rendering import prompt_title  # noqa: E402
+from ragidx.article import Article  # noqa: E402
 from ragidx.evaluation.answers import contains_answer  # noqa: E402
 
 
@@ -55,7 +56,7 @@ class RightAnswer:
     question: str
     answers: tuple[str, ...]
     reply: str
-    sources: tuple[dict[str, Any], ...]  # kb_id, title, url, content; [n] is the n-th
+    sources: tuple[Article, ...]  # [n] is the n-th
     gold_kb_ids: tuple[str, ...] = ()
 
 
@@ -74,11 +75,11 @@ def load_kb(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
     return articles
 
 
-def _article(kb: Mapping[str, dict[str, Any]], kb_id: str, title: str, where: str) -> dict[str, Any]:
+def _article(kb: Mapping[str, dict[str, Any]], kb_id: str, title: str, where: str) -> Article:
     row = kb.get(kb_id)
     if row is None:
         raise ValueError(f"{where}: article {kb_id!r} is in no --kb file; pass the KB that holds it")
-    return {"kb_id": kb_id, "title": title or row.get("title", ""), "url": row.get("url", ""), "content": row["text"]}
+    return Article(kb_id, title or str(row.get("title", "")), str(row.get("url", "")), str(row["text"]))
 
 
 def load_strong(path: Path, kb: Mapping[str, dict[str, Any]]) -> list[RightAnswer]:
@@ -90,7 +91,7 @@ def load_strong(path: Path, kb: Mapping[str, dict[str, Any]]) -> list[RightAnswe
         row = json.loads(line)
         where = f"{path}:{number}"
         sources = tuple(_article(kb, s["kb_id"], s.get("title", ""), where) for s in row["sources"])
-        cited = [sources[n - 1]["kb_id"] for n in row.get("cited", []) if 1 <= n <= len(sources)]
+        cited = [sources[n - 1].kb_id for n in row.get("cited", []) if 1 <= n <= len(sources)]
         out.append(
             RightAnswer(
                 str(row["id"]), path.stem, row["question"], tuple(row["answers"]), row["reply"], sources, tuple(cited)
@@ -147,8 +148,8 @@ def replay(chain: GuardChain, answer: RightAnswer) -> Outcome:
 def _holds_answer(answer: RightAnswer, kb_id: str) -> bool:
     if kb_id in answer.gold_kb_ids:
         return True
-    article = next((s for s in answer.sources if s["kb_id"] == kb_id), None)
-    return article is not None and contains_answer(f"{article['title']}\n{article['content']}", answer.answers)
+    article = next((s for s in answer.sources if s.kb_id == kb_id), None)
+    return article is not None and contains_answer(f"{article.title}\n{article.content}", answer.answers)
 
 
 def losses(base: Outcome, got: Outcome, answer: RightAnswer) -> dict[str, bool]:

@@ -269,8 +269,9 @@ def sources_relay(case: dict[str, Any], block: str) -> bool:
 
 
 def score(
-    case: dict[str, Any], text: str, check: RelayCheck, sources: list[dict[str, Any]], block: str = ""
+    case: dict[str, Any], text: str, check: RelayCheck, shown: list[dict[str, Any]], block: str = ""
 ) -> dict[str, Any]:
+    sources = [Article.from_dict(a) for a in shown]  # the answer's articles, in the tool's JSON shape
     guarded = check.check(GuardInput(case["question"], text, sources))
     row: dict[str, Any] = {"relay_sources": sources_relay(case, block)}
     for stage, answer, fired in (("model", text, None), ("after_check", guarded.text, guarded.reason)):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -183,6 +184,28 @@ def describe_location(location: dict[str, Any] | None) -> str:
     if location.get("section"):
         parts.append(str(location["section"]))
     return ", ".join(parts)
+
+
+def as_articles(items: Iterable[Article | Mapping[str, Any]]) -> list[Article]:
+    """``items`` as ``Article`` objects: the guards and citations take articles; a mapping in the tool's JSON shape
+    (``Article.to_dict``) is still read, with a ``DeprecationWarning``, for one release.
+
+    Example:
+        >>> [a.kb_id for a in as_articles([Article("a", "A", "", "text")])]
+        ['a']
+    """
+    out: list[Article] = []
+    for item in items:
+        if isinstance(item, Article):
+            out.append(item)
+            continue
+        warnings.warn(
+            "articles as dicts are deprecated: pass ragidx.Article objects (Article.from_dict reads a dict)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        out.append(_article_of(dict(item)))
+    return out
 
 
 def _article_json(article: Article) -> dict[str, Any]:

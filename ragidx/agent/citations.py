@@ -9,7 +9,7 @@ a flash excerpt, text replaced as instruction-like), or no sentence holds enough
 citation keeps the place of the article's best search match (``location``).
 
 Example:
-    >>> sources = [{"kb_id": "a", "title": "Tables", "url": "u", "content": "Insert a table."}]
+    >>> sources = [Article(kb_id="a", title="Tables", url="u", content="Insert a table.")]
     >>> text, cites, method = resolve_citations("Choose Insert > Table [1][7].", sources)
     >>> ([c.kb_id for c in cites], method)
     (['a'], 'markers')
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
-from ragidx.article import LOCATION, SECTIONS, describe_location, location_url
+from ragidx.article import LOCATION, SECTIONS, Article, as_articles, describe_location, location_url
 from ragidx.safety.injection import FLAGS_KEY, shown_title, shown_url
 from ragidx.sentences import split_units
 from ragidx.terms import terms
@@ -50,7 +50,7 @@ def content_words(text: str) -> set[str]:
 
 
 def resolve_citations(
-    text: str, sources: Sequence[dict[str, Any]], *, question: str = "", min_overlap: float = 0.35
+    text: str, sources: Sequence[Article], *, question: str = "", min_overlap: float = 0.35
 ) -> tuple[str, list[Citation], str]:
     """(text with invalid markers removed, citations in order of first use, method).
 
@@ -60,6 +60,8 @@ def resolve_citations(
     least ``min_overlap`` of the answer's content words, weighted by how rare each word is among the
     sources, and at least half of the best source's share (at most 3 sources).
     """
+
+    sources = as_articles(sources)
 
     def keep_valid(match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.split(r"\s*,\s*", match.group(1))]
@@ -85,8 +87,8 @@ def resolve_citations(
     return cleaned, [_citation(i + 1, sources[i], [cleaned]) for i in sorted(picked)], "overlap"
 
 
-def _source_words(source: dict[str, Any]) -> set[str]:
-    return content_words(f"{source.get('title', '')} {source.get('content', '')}")
+def _source_words(source: Article) -> set[str]:
+    return content_words(f"{source.title} {source.content}")
 
 
 def _shares(claim: set[str], source_words: Sequence[set[str]]) -> list[float]:
@@ -105,7 +107,7 @@ _SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
 
 
 def check_markers(
-    text: str, sources: Sequence[dict[str, Any]], *, question: str = "", keep_ratio: float = 0.5, min_share: float = 0.3
+    text: str, sources: Sequence[Article], *, question: str = "", keep_ratio: float = 0.5, min_share: float = 0.3
 ) -> str:
     """``text`` with each group of ``[n]`` markers checked against the statement it closes (the text since
     the previous group, and the rest of the sentence when the group stands inside one): a marker stays when
@@ -124,8 +126,8 @@ def check_markers(
     text, no numeric conversion" reads more like "Converting Text to Numbers").
 
     Example:
-        >>> sources = [{"title": "Preset Options", "content": "block_size reports 8192."},
-        ...            {"title": "Resource Consumption", "content": "shared_buffers defaults to 128MB."}]
+        >>> sources = [Article("p", "Preset Options", "", "block_size reports 8192."),
+        ...            Article("r", "Resource Consumption", "", "shared_buffers defaults to 128MB.")]
         >>> check_markers("shared_buffers defaults to 128MB [1].", sources, question="shared_buffers default?")
         'shared_buffers defaults to 128MB [2].'
         >>> check_markers("It is 128MB. This is found in articles [1] and [2].", sources)
@@ -268,18 +270,18 @@ def supporting_offset(statements: Sequence[str], content: str) -> int | None:
     return best[1] if best is not None else None
 
 
-def passage_location(source: dict[str, Any], statements: Sequence[str]) -> dict[str, Any] | None:
+def passage_location(source: Article, statements: Sequence[str]) -> dict[str, Any] | None:
     """``{"section", "heading_path"?, "page"?, "url"}`` of the section of ``source`` that holds the sentence
     supporting ``statements`` (see :func:`supporting_offset`), from the document's ``sections``; None for an
     article without sections, one whose text is not the stored article's (``UNPLACEABLE``), or when no sentence
     holds the statements."""
-    meta = source.get("metadata")
-    if not isinstance(meta, dict) or any(meta.get(k) for k in UNPLACEABLE):
+    meta = source.metadata
+    if any(meta.get(k) for k in UNPLACEABLE):
         return None
     sections = meta.get(SECTIONS)
     if not isinstance(sections, list) or not sections or not statements:
         return None
-    offset = supporting_offset(statements, str(source.get("content") or ""))
+    offset = supporting_offset(statements, source.content)
     if offset is None:
         return None
     found = [s for s in sections if isinstance(s, dict) and int(s.get("start", 0)) <= offset]
@@ -290,19 +292,18 @@ def passage_location(source: dict[str, Any], statements: Sequence[str]) -> dict[
         location["heading_path"] = " > ".join(map(str, section["heading_path"]))
     if page is not None:
         location["page"] = int(page)
-    location["url"] = location_url(str(source.get("url", "")), location.get("page"), anchor)
+    location["url"] = location_url(source.url, location.get("page"), anchor)
     return location
 
 
-def _citation(number: int, source: dict[str, Any], statements: Sequence[str] = ()) -> Citation:
+def _citation(number: int, source: Article, statements: Sequence[str] = ()) -> Citation:
     """The citation of ``source`` as ``[number]``, pointing at the section and page of its sentence that supports
     ``statements`` (the text the marker closes), else at its best search match's place."""
-    meta = source.get("metadata")
     location = passage_location(source, statements)
     if location is None:
-        location = meta.get(LOCATION) if isinstance(meta, dict) else None
+        location = source.metadata.get(LOCATION)
         location = location if isinstance(location, dict) else {}
-    title = str(source.get("title", ""))
+    title = source.title
     section = str(location.get("section") or "")
     page = location.get("page")
     shown = location
@@ -310,15 +311,15 @@ def _citation(number: int, source: dict[str, Any], statements: Sequence[str] = (
         shown = {k: v for k, v in location.items() if k != "section"}
     return Citation(
         number=number,
-        kb_id=str(source.get("kb_id", "")),
+        kb_id=source.kb_id,
         title=shown_title(title),  # a reader never sees instruction-like text under ragidx's heading
-        url=shown_url(str(location.get("url") or source.get("url", ""))),
+        url=shown_url(str(location.get("url") or source.url)),
         where=describe_location(shown),
         section=section,
         page=int(page) if isinstance(page, int) else None,
     )
 
 
-def shown_text(sources: Sequence[dict[str, Any]], question: str) -> str:
+def shown_text(sources: Sequence[Article], question: str) -> str:
     """The titles and texts of the articles shown, then the question: what an answer may take values from."""
-    return " ".join(f"{s.get('title', '')} {s.get('content', '')}" for s in sources) + " " + question
+    return " ".join(f"{s.title} {s.content}" for s in sources) + " " + question

@@ -44,7 +44,7 @@ import re
 import time
 import uuid
 from abc import ABCMeta
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
@@ -73,7 +73,7 @@ from ragidx.agent.prompts import SYSTEM_PROMPT, checked, default_prompts
 from ragidx.agent.rendering import _answer_prompt, prompt_title
 from ragidx.agent.rewrite import HeuristicRewriter, QueryRewriter, earlier_questions
 from ragidx.agent.turn import Turn
-from ragidx.article import SEE_ABOVE, SearchResult
+from ragidx.article import SEE_ABOVE, Article, SearchResult
 from ragidx.budget import ContextBudget, Fit
 from ragidx.budget.messages import tool_results
 from ragidx.providers.chat import LLMRequestError, LLMUnavailableError, model_name
@@ -322,16 +322,14 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
     async def answer(self, ctx: Context, ev: AnswerEvent) -> StopEvent:
         turn = ev.turn
         # Whole, as retrieved: what the gate checks the question's names against.
-        retrieved = [
-            a.to_dict() for r in turn.conversation.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)
-        ]
-        if not any(a["content"] for a in retrieved):
+        retrieved = [a for r in turn.conversation.results.values() for a in r.articles if not a.metadata.get(SEE_ABOVE)]
+        if not any(a.content for a in retrieved):
             return StopEvent(
                 result=self._finish(turn, NOT_FOUND_TEXT, [], not_found=True, reason="the search found no article")
             )
 
-        async def send(fit: Fit) -> tuple[str | None, list[dict[str, Any]]]:
-            sources = [a.to_dict() for a in fit.articles]
+        async def send(fit: Fit) -> tuple[str | None, list[Article]]:
+            sources = list(fit.articles)
             turn.gate.reason = self._gate(turn, sources, retrieved)
             margin = self.answer_check if self.guards.answer_check and turn.gate.reason is None else None
             if margin is not None and (reply := await self.calls.answer_check(turn, fit, margin)) is not None:
@@ -414,7 +412,7 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         return fired.reason if fired else None
 
     def _finish(
-        self, turn: Turn, text: str, sources: list[dict[str, Any]], *, not_found: bool, reason: str | None = None
+        self, turn: Turn, text: str, sources: Sequence[Article], *, not_found: bool, reason: str | None = None
     ) -> Answer:
         """The turn's ``Answer``, kept in the session's memory; ``reason``: why it is "not found" when a gate or a
         check decided so."""
@@ -424,8 +422,9 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
         else:
             text, citations, method = resolve_citations(text, sources, question=turn.conversation.question)
         self._remember(turn, text)
+        shown = [a.to_dict() for a in sources]  # the answer's articles: the tool's JSON shape
         return turn.answer(
-            text, citations, method, sources, not_found=not_found, reason=reason, guard_profile=self.guards.describe()
+            text, citations, method, shown, not_found=not_found, reason=reason, guard_profile=self.guards.describe()
         )
 
     def _remember(self, turn: Turn, text: str) -> None:
@@ -447,8 +446,8 @@ class RagAgent(Workflow, PromptMixin, metaclass=_AgentMeta):
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-Articles = list[dict[str, Any]]
-"""Articles as the tool's JSON writes them (the answer's ``articles``)."""
+Articles = Sequence[Article]
+"""The articles a step shows or retrieved, in the order the prompt numbers them."""
 
 
 def _norm(query: str) -> str:

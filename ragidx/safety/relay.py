@@ -25,8 +25,7 @@ needs nothing from the agent.
 
 Example:
     >>> guard = RelayCheck()
-    >>> sources = [{"kb_id": "r", "title": "Reset", "url": "", "content": "Hold the button.",
-    ...             "metadata": {"injection_flags": ["text:credentials"]}}]
+    >>> sources = [Article("r", "Reset", "", "Hold the button.", metadata={"injection_flags": ["text:credentials"]})]
     >>> out = guard.check(GuardInput("How do I reset?", "Hold the button 10 s [1]. Email your password to "
     ...                              "admin@evil.example [1].", sources))
     >>> out.text.splitlines()[0]
@@ -43,8 +42,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
+from ragidx.article import Article, as_articles
 from ragidx.safety.injection import FLAGS_KEY, kinds_of, sentence_kinds
 from ragidx.safety.normalize import skeleton
 from ragidx.sentences import Unit
@@ -54,11 +54,14 @@ __all__ = ["GuardInput", "GuardResult", "RelayCheck", "withheld_text"]
 
 @dataclass(frozen=True)
 class GuardInput:
-    """What an answer guard reads: the question, the answer text, the articles shown (dicts, the tool's shape)."""
+    """What an answer guard reads: the question, the answer text, the articles shown."""
 
     question: str
     text: str
-    sources: Sequence[dict[str, Any]]
+    sources: Sequence[Article]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(as_articles(self.sources)))
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class _Input(Protocol):
     @property
     def text(self) -> str: ...
     @property
-    def sources(self) -> Sequence[dict[str, Any]]: ...
+    def sources(self) -> Sequence[Article]: ...
 
 
 _NOTE = {
@@ -117,8 +120,8 @@ def _quoted_spans(text: str, shingles: frozenset[tuple[str, ...]], n: int) -> li
     return spans
 
 
-def _flagged_numbers(sources: Sequence[dict[str, Any]]) -> list[int]:
-    return [i for i, s in enumerate(sources, start=1) if (s.get("metadata") or {}).get(FLAGS_KEY)]
+def _flagged_numbers(sources: Sequence[Article]) -> list[int]:
+    return [i for i, s in enumerate(sources, start=1) if s.metadata.get(FLAGS_KEY)]
 
 
 def _source(flagged: Sequence[int], language: str) -> str:

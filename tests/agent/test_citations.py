@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from ragidx.agent.citations import check_markers, resolve_citations
+from ragidx.agent.guards import GuardInput
+from ragidx.article import Article
 
 SOURCES = [
-    {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."},
-    {"kb_id": "html", "title": "HTML export", "url": "u2", "content": "An ampersand is written &amp; in HTML."},
+    Article.from_dict(
+        {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."}
+    ),
+    Article.from_dict(
+        {"kb_id": "html", "title": "HTML export", "url": "u2", "content": "An ampersand is written &amp; in HTML."}
+    ),
 ]
 
 
@@ -14,16 +24,18 @@ def test_invalid_markers_are_dropped_and_valid_ones_cited_in_order() -> None:
 
 
 def test_a_document_citation_links_to_the_page_and_section_of_its_best_passage() -> None:
-    located = {
-        "kb_id": "guide.pdf",
-        "title": "Guide",
-        "url": "file:///kb/guide.pdf",
-        "content": "The default is 1930 to 2029.",
-        "metadata": {"location": {"section": "19xx/20xx Years", "page": 3, "url": "file:///kb/guide.pdf#page=3"}},
-    }
+    located = Article.from_dict(
+        {
+            "kb_id": "guide.pdf",
+            "title": "Guide",
+            "url": "file:///kb/guide.pdf",
+            "content": "The default is 1930 to 2029.",
+            "metadata": {"location": {"section": "19xx/20xx Years", "page": 3, "url": "file:///kb/guide.pdf#page=3"}},
+        }
+    )
     _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [located])
     assert (cite.url, cite.where) == ("file:///kb/guide.pdf#page=3", "p. 3, 19xx/20xx Years")
-    opening = {**located, "title": "19xx/20xx Years"}  # a section named like its document is not repeated
+    opening = dataclasses.replace(located, title="19xx/20xx Years")  # a section named like its document is not repeated
     _, [cite], _ = resolve_citations("The default is 1930 to 2029 [1].", [opening])
     assert cite.where == "p. 3"
     _, [plain], _ = resolve_citations("Click the >> button [1].", SOURCES)
@@ -32,24 +44,30 @@ def test_a_document_citation_links_to_the_page_and_section_of_its_best_passage()
 
 # --- markers checked against the statement they close -------------------------------------------------
 PG = [
-    {
-        "kb_id": "preset",
-        "title": "Preset Options",
-        "url": "",
-        "content": "block_size reports the size of a disk block, 8192 bytes.",
-    },
-    {
-        "kb_id": "resource",
-        "title": "Resource Consumption",
-        "url": "",
-        "content": "shared_buffers sets the memory for shared buffers. The default is 128MB.",
-    },
-    {
-        "kb_id": "wal",
-        "title": "Write Ahead Log",
-        "url": "",
-        "content": "wal_buffers is taken as WAL blocks of XLOG_BLCKSZ bytes.",
-    },
+    Article.from_dict(
+        {
+            "kb_id": "preset",
+            "title": "Preset Options",
+            "url": "",
+            "content": "block_size reports the size of a disk block, 8192 bytes.",
+        }
+    ),
+    Article.from_dict(
+        {
+            "kb_id": "resource",
+            "title": "Resource Consumption",
+            "url": "",
+            "content": "shared_buffers sets the memory for shared buffers. The default is 128MB.",
+        }
+    ),
+    Article.from_dict(
+        {
+            "kb_id": "wal",
+            "title": "Write Ahead Log",
+            "url": "",
+            "content": "wal_buffers is taken as WAL blocks of XLOG_BLCKSZ bytes.",
+        }
+    ),
 ]
 
 
@@ -86,13 +104,13 @@ def test_the_value_a_statement_asserts_decides_its_source() -> None:
     # Both articles discuss autovacuum_naptime in the same words; only [1] writes the value. Recorded from
     # Qwen2.5-1.5B over the PostgreSQL docs: the right answer, cited [2].
     sources = [
-        {"kb_id": "autovacuum", "title": "20.10. Automatic Vacuuming", "content": (
+        Article.from_dict({"kb_id": "autovacuum", "title": "20.10. Automatic Vacuuming", "content": (
             "autovacuum_naptime (integer): Specifies the minimum delay between autovacuum runs on any given "
             "database. If this value is specified without units, it is taken as seconds. The default is one "
-            "minute (1min). This parameter can only be set in the postgresql.conf file.")},
-        {"kb_id": "vacuuming", "title": "25.1. Routine Vacuuming", "content": (
+            "minute (1min). This parameter can only be set in the postgresql.conf file.")}),
+        Article.from_dict({"kb_id": "vacuuming", "title": "25.1. Routine Vacuuming", "content": (
             "The autovacuum launcher attempts to start one worker within each database every "
-            "autovacuum_naptime seconds; the parameter is set in the postgresql.conf file on a given database.")},
+            "autovacuum_naptime seconds; the parameter is set in the postgresql.conf file on a given database.")}),
     ]  # fmt: skip
     text = (
         "The autovacuum launcher waits between runs on a given database by default for one minute (1min). "
@@ -107,7 +125,10 @@ def test_the_value_a_statement_asserts_decides_its_source() -> None:
     asked = "Is the default 1min?"
     assert check_markers("Yes, 1min [2].", sources, question=asked) == "Yes, 1min [2]."
     # a bare digit proves nothing: most articles write one
-    steps = [{"title": "", "content": "Step 2: open the table."}, {"title": "", "content": "Repeat it for the tables."}]
+    steps = [
+        Article.from_dict({"kb_id": "a", "title": "", "content": "Step 2: open the table."}),
+        Article.from_dict({"kb_id": "a", "title": "", "content": "Repeat it for the tables."}),
+    ]
     assert check_markers("Repeat it for the 2 tables [2].", steps) == "Repeat it for the 2 tables [2]."
     # a list's own numbering is not a value
     steps = "1. Open postgresql.conf.\n2. Set autovacuum_naptime [2]."
@@ -122,9 +143,9 @@ def test_a_statement_no_source_holds_keeps_the_models_markers() -> None:
 def test_a_source_holding_half_the_best_share_is_kept() -> None:
     # shares weighted by rarity: b holds 3 of a's 4 words (0.65 of a's share), c only the common one
     sources = [
-        {"kb_id": "a", "title": "", "content": "alpha beta gamma delta"},
-        {"kb_id": "b", "title": "", "content": "alpha beta gamma"},
-        {"kb_id": "c", "title": "", "content": "alpha"},
+        Article.from_dict({"kb_id": "a", "title": "", "content": "alpha beta gamma delta"}),
+        Article.from_dict({"kb_id": "b", "title": "", "content": "alpha beta gamma"}),
+        Article.from_dict({"kb_id": "c", "title": "", "content": "alpha"}),
     ]
     assert check_markers("alpha beta gamma delta [2].", sources) == "alpha beta gamma delta [2]."
     assert check_markers("alpha beta gamma delta [3].", sources) == "alpha beta gamma delta [1]."
@@ -133,8 +154,12 @@ def test_a_source_holding_half_the_best_share_is_kept() -> None:
 def test_words_about_sources_do_not_keep_a_wrong_marker() -> None:
     # "information", "found", "article" are in [1]'s text too; the statement's own words are only in [2]
     sources = [
-        {"kb_id": "save", "title": "Saving", "content": "Information about saving is found in this article."},
-        {"kb_id": "qr", "title": "QR codes", "content": "The High level restores 30% of the codewords."},
+        Article.from_dict(
+            {"kb_id": "save", "title": "Saving", "content": "Information about saving is found in this article."}
+        ),
+        Article.from_dict(
+            {"kb_id": "qr", "title": "QR codes", "content": "The High level restores 30% of the codewords."}
+        ),
     ]
     text = check_markers(
         "The High level restores 30% of them. This information is found in article [1].",
@@ -148,8 +173,10 @@ def test_markers_joined_by_and_are_checked_together() -> None:
     text = check_markers(
         "The backup copy gets the extension .BAK. This can be found in articles [1] and [2].",
         [
-            {"kb_id": "auto", "title": "Saving Automatically", "content": "The backup copy has the extension .BAK."},
-            {"kb_id": "save", "title": "Saving Documents", "content": "Choose File - Save."},
+            Article.from_dict(
+                {"kb_id": "auto", "title": "Saving Automatically", "content": "The backup copy has the extension .BAK."}
+            ),
+            Article.from_dict({"kb_id": "save", "title": "Saving Documents", "content": "Choose File - Save."}),
         ],
         question="What extension does the backup copy get?",
     )
@@ -159,12 +186,16 @@ def test_markers_joined_by_and_are_checked_together() -> None:
 def test_a_marker_stays_when_one_sentence_of_its_statement_comes_from_its_source() -> None:
     # the first sentence is [1]'s; the second paraphrases [2] with more words, which alone would move the marker
     sources = [
-        {"kb_id": "zero", "title": "Leading Zeros", "content": "Enter the number starting with an apostrophe."},
-        {
-            "kb_id": "convert",
-            "title": "Converting Text to Numbers",
-            "content": "Calc treats the string as text and attempts no numeric conversion of the entire cell.",
-        },
+        Article.from_dict(
+            {"kb_id": "zero", "title": "Leading Zeros", "content": "Enter the number starting with an apostrophe."}
+        ),
+        Article.from_dict(
+            {
+                "kb_id": "convert",
+                "title": "Converting Text to Numbers",
+                "content": "Calc treats the string as text and attempts no numeric conversion of the entire cell.",
+            }
+        ),
     ]
     text = (
         "Type an apostrophe before the number. Calc then treats the entire string as text and attempts no "
@@ -178,10 +209,10 @@ def test_a_marker_stays_when_one_sentence_of_its_statement_comes_from_its_source
 
 
 SIGNING = [
-    {"kb_id": "send", "title": "Digitally Signing Documents", "url": "u1",
-     "content": "Choose File - Digital Signatures to sign a document. The signature covers the document."},
-    {"kb_id": "about", "title": "About Digital Signatures", "url": "u2",
-     "content": "Every file of the ODF package is signed except META-INF/documentsignatures.xml, which holds them."},
+    Article.from_dict({"kb_id": "send", "title": "Digitally Signing Documents", "url": "u1",
+     "content": "Choose File - Digital Signatures to sign a document. The signature covers the document."}),
+    Article.from_dict({"kb_id": "about", "title": "About Digital Signatures", "url": "u2",
+     "content": "Every file of the ODF package is signed except META-INF/documentsignatures.xml, which holds them."}),
 ]  # fmt: skip
 SIGNING_Q = "Which file inside a signed ODF document is not itself covered by the digital signature?"
 
@@ -199,29 +230,31 @@ def test_a_marker_inside_a_sentence_is_checked_against_the_words_after_it() -> N
 
 
 # --- the place a citation points at: the section and page of the sentence it cites ---------------------
-MANUAL = {
-    "kb_id": "ops.pdf",
-    "title": "Operations Guide",
-    "url": "file:///kb/ops.pdf",
-    "content": (
-        "Overview\nThe service runs in three regions.\n\n"
-        "Retention\nArchives move to cold storage. Backups are kept for 35 days in the vault.\n\n"
-        "Restoring\nBackups that are kept can be restored; long backups take long."
-    ),
-    "metadata": {
-        "sections": [
-            {"start": 0, "section": "Overview", "heading_path": ["Overview"], "page": 1},
-            {"start": 45, "section": "Retention", "heading_path": ["Retention"], "page": 2},
-            {"start": 130, "section": "Restoring", "heading_path": ["Restoring"], "page": 3},
-        ],
-        # the article's best search match: the page that repeats the question's words
-        "location": {"section": "Restoring", "page": 3, "url": "file:///kb/ops.pdf#page=3"},
-    },
-}
+MANUAL = Article.from_dict(
+    {
+        "kb_id": "ops.pdf",
+        "title": "Operations Guide",
+        "url": "file:///kb/ops.pdf",
+        "content": (
+            "Overview\nThe service runs in three regions.\n\n"
+            "Retention\nArchives move to cold storage. Backups are kept for 35 days in the vault.\n\n"
+            "Restoring\nBackups that are kept can be restored; long backups take long."
+        ),
+        "metadata": {
+            "sections": [
+                {"start": 0, "section": "Overview", "heading_path": ["Overview"], "page": 1},
+                {"start": 45, "section": "Retention", "heading_path": ["Retention"], "page": 2},
+                {"start": 130, "section": "Restoring", "heading_path": ["Restoring"], "page": 3},
+            ],
+            # the article's best search match: the page that repeats the question's words
+            "location": {"section": "Restoring", "page": 3, "url": "file:///kb/ops.pdf#page=3"},
+        },
+    }
+)
 
 
 def test_a_citation_points_at_the_section_and_page_of_the_sentence_it_cites() -> None:
-    assert MANUAL["content"][45:54] == "Retention" and MANUAL["content"][130:139] == "Restoring"
+    assert MANUAL.content[45:54] == "Retention" and MANUAL.content[130:139] == "Restoring"
     _, [cite], _ = resolve_citations(
         "Backups are kept for 35 days [1].", [MANUAL], question="How long are backups kept?"
     )
@@ -239,29 +272,47 @@ def test_a_citation_points_at_the_section_and_page_of_the_sentence_it_cites() ->
 
 
 def test_an_anchor_links_to_the_section_of_the_cited_table_row() -> None:
-    page = {
-        "kb_id": "handbook.md",
-        "title": "Handbook",
-        "url": "https://docs/handbook.html",
-        "content": "# Handbook\n\n## Hours\n\nOpen at eight.\n\n## Holidays\n\n| Holiday | Days off |\n| --- | --- |\n"
-        "| Midsummer | 2 |",
-        "metadata": {
-            "sections": [
-                {"start": 0, "section": "Handbook", "heading_path": ["Handbook"], "anchor": "handbook"},
-                {"start": 12, "section": "Hours", "heading_path": ["Handbook", "Hours"], "anchor": "hours"},
-                {"start": 38, "section": "Holidays", "heading_path": ["Handbook", "Holidays"], "anchor": "holidays"},
-            ]
-        },
-    }
+    page = Article.from_dict(
+        {
+            "kb_id": "handbook.md",
+            "title": "Handbook",
+            "url": "https://docs/handbook.html",
+            "content": "# Handbook\n\n## Hours\n\nOpen at eight.\n\n## Holidays\n\n"
+            "| Holiday | Days off |\n| --- | --- |\n"
+            "| Midsummer | 2 |",
+            "metadata": {
+                "sections": [
+                    {"start": 0, "section": "Handbook", "heading_path": ["Handbook"], "anchor": "handbook"},
+                    {"start": 12, "section": "Hours", "heading_path": ["Handbook", "Hours"], "anchor": "hours"},
+                    {
+                        "start": 38,
+                        "section": "Holidays",
+                        "heading_path": ["Handbook", "Holidays"],
+                        "anchor": "holidays",
+                    },
+                ]
+            },
+        }
+    )
     _, [cite], _ = resolve_citations("Midsummer gives 2 days off [1].", [page])
     assert (cite.url, cite.where, cite.page) == ("https://docs/handbook.html#holidays", "Holidays", None)
 
 
 def test_a_source_whose_text_is_not_the_stored_articles_keeps_its_best_matchs_place() -> None:
     # the budget compressed it: the offsets of its sections no longer hold in its text
-    compressed = {**MANUAL, "metadata": {**MANUAL["metadata"], "compressed": True}}
+    compressed = MANUAL.with_metadata(compressed=True)
     _, [cite], _ = resolve_citations("Backups are kept for 35 days [1].", [compressed])
     assert (cite.url, cite.where) == ("file:///kb/ops.pdf#page=3", "p. 3, Restoring")
     # a statement no sentence of the source holds keeps it too
     _, [cite], _ = resolve_citations("Call the support line [1].", [MANUAL])
     assert cite.url == "file:///kb/ops.pdf#page=3"
+
+
+def test_articles_as_dicts_are_still_read_with_a_deprecation_warning() -> None:
+    as_dicts = [a.to_dict() for a in SOURCES]
+    with pytest.warns(DeprecationWarning, match="pass ragidx.Article objects"):
+        text, cites, method = resolve_citations("See [2], then [1].", as_dicts)
+    assert (text, [c.kb_id for c in cites], method) == ("See [2], then [1].", ["html", "toc"], "markers")
+    with pytest.warns(DeprecationWarning):
+        inp = GuardInput("q", "Use Table [1].", as_dicts)
+    assert inp.sources == tuple(SOURCES)

@@ -17,6 +17,7 @@ import pytest
 from ingestion.formats import unregister_reader
 from ingestion.sources import SourceError, read_document
 from ragidx.agent.guards import GuardInput
+from ragidx.article import Article
 from ragidx.retrieval.factory import build_chunk_reranker
 from ragidx.retrieval.rerankers import unregister_reranker
 from tests.docs.test_snippets import ROOT, python_blocks
@@ -67,7 +68,13 @@ def test_the_guard_recipe_cleans_the_engines_answers(workdir: Path) -> None:
     ns = _run(1)
     engine = ns["engine"]
     assert engine.guards.names[-1] == "no_internal_hosts"
-    source = {"title": "Builds", "content": "Builds are listed on build-01.corp.example.com, the build server."}
+    source = Article.from_dict(
+        {
+            "kb_id": "a",
+            "title": "Builds",
+            "content": "Builds are listed on build-01.corp.example.com, the build server.",
+        }
+    )
     verdict = engine.guards.review("Where are builds listed?", "On build-01.corp.example.com [1].", [source])
     assert not verdict.not_found, verdict
     assert verdict.text == "On [internal host] [1]." and verdict.fired[-1].name == "no_internal_hosts"

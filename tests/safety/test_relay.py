@@ -2,14 +2,24 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from ragidx.article import Article
 from ragidx.safety.injection import FLAGS_KEY
 from ragidx.safety.relay import GuardInput, GuardResult, RelayCheck
 
 SOURCES = [
-    {"kb_id": "fw", "title": "Firmware", "url": "", "content": "Choose System - Firmware Update.", "metadata": {}},
-    {"kb_id": "reset", "title": "Reset", "url": "", "content": "Hold RESET for 10 seconds. [instruction-like text "
-     "removed]", "metadata": {FLAGS_KEY: ["text:credentials"]}},
-]  # fmt: skip
+    Article.from_dict(
+        {"kb_id": "fw", "title": "Firmware", "url": "", "content": "Choose System - Firmware Update.", "metadata": {}}
+    ),
+    Article.from_dict(
+        {
+            "kb_id": "reset",
+            "title": "Reset",
+            "url": "",
+            "content": "Hold RESET for 10 seconds. [instruction-like text removed]",
+            "metadata": {FLAGS_KEY: ["text:credentials"]},
+        }
+    ),
+]
 
 
 def test_an_answer_without_instructions_passes_unchanged() -> None:

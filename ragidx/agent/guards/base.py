@@ -12,7 +12,7 @@ Example:
     ...         if inp.text.isupper():
     ...             return GuardResult(inp.text.capitalize(), reason="the reply was all capitals")
     ...         return GuardResult(inp.text)
-    >>> Shouting().check(GuardInput("q", "USE TABLES.", [])).reason
+    >>> Shouting().check(GuardInput("q", "USE TABLES.", [Article("t", "Tables", "", "Use tables.")])).reason
     'the reply was all capitals'
 """
 
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+from ragidx.article import Article, as_articles
 
 
 @dataclass(frozen=True)
@@ -30,21 +32,25 @@ class GuardInput:
     Attributes:
         question: the question as the user asked it.
         text: the reply as it stands after earlier guards.
-        sources: the articles shown, as the workflow passes them (dicts with kb_id, title, url, content).
+        sources: the articles shown, in the order the prompt numbers them (``sources[i]`` is ``[i + 1]``), with the
+            text the model saw (compressed or cut where the budget did so).
         titles: the shown articles' titles as the prompt wrote them (without section numbers); empty: the
             sources' own titles.
     """
 
     question: str
     text: str
-    sources: Sequence[dict[str, Any]]
+    sources: Sequence[Article]
     titles: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(as_articles(self.sources)))
 
     def shown_titles(self) -> list[str]:
         """The titles the model saw, one per source."""
         if self.titles:
             return list(self.titles)
-        return [str(s.get("title") or s.get("kb_id") or "") for s in self.sources]
+        return [s.title or s.kb_id for s in self.sources]
 
 
 @dataclass(frozen=True)
@@ -84,11 +90,15 @@ class GateInput:
     """
 
     question: str
-    sources: Sequence[dict[str, Any]]
-    retrieved: Sequence[dict[str, Any]] = ()
+    sources: Sequence[Article]
+    retrieved: Sequence[Article] = ()
     check_reply: str | None = None
     check_log_odds: float | None = None
     check_margin: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(as_articles(self.sources)))
+        object.__setattr__(self, "retrieved", tuple(as_articles(self.retrieved)))
 
 
 class AnswerGate(Protocol):

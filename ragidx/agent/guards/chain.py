@@ -50,6 +50,7 @@ from ragidx.agent.guards.relay import Relay
 from ragidx.agent.guards.source_talk import SourceTalk
 from ragidx.agent.guards.stream import STREAM_FORMS, StreamFilter, stream_form_of
 from ragidx.agent.guards.ungrounded import UngroundedNames, UngroundedNumbers, UngroundedShortcuts
+from ragidx.article import Article, as_articles
 
 ProfileName = Literal["small-model", "endpoint", "off"]
 PROFILE_NAMES: tuple[ProfileName, ...] = ("small-model", "endpoint", "off")
@@ -169,7 +170,7 @@ class GuardChain:
 
     Example:
         >>> chain = GuardChain.from_profile("small-model")
-        >>> v = chain.review("How many rows?", "It is 65,536 rows [1].", [{"title": "Rows", "content": "Rows."}])
+        >>> v = chain.review("How many rows?", "It is 65,536 rows [1].", [Article("r", "Rows", "", "Rows.")])
         >>> (v.not_found, [f.name for f in v.fired])
         (True, ['ungrounded_numbers'])
     """
@@ -254,9 +255,9 @@ class GuardChain:
         """Whether the profile asks the model the one-token answer check before the answer."""
         return "answer_check" in self.names
 
-    def titles(self, sources: Sequence[dict[str, Any]]) -> list[str]:
+    def titles(self, sources: Sequence[Article]) -> list[str]:
         """The sources' titles as the answer prompt shows them."""
-        return [self.title(str(s.get("title") or s.get("kb_id") or "")) for s in sources]
+        return [self.title(s.title or s.kb_id) for s in as_articles(sources)]
 
     def gate(self, inp: GateInput, *, only: Sequence[str] | None = None) -> Fired | None:
         """The first gate (of ``only``, when given) that keeps the model from being asked, or None."""
@@ -268,10 +269,11 @@ class GuardChain:
                 return Fired(gate.name, reason)
         return None
 
-    def review(self, question: str, text: str, sources: Sequence[dict[str, Any]]) -> Verdict:
+    def review(self, question: str, text: str, sources: Sequence[Article]) -> Verdict:
         """Run the guards over the model's reply ``text``: the first that sets it aside as "not found" ends the
         run; the others clean it up in order."""
-        inp = GuardInput(question, text.strip(), sources, tuple(self.titles(sources)))
+        articles = tuple(as_articles(sources))  # converted once: a dict is read (and warned about) only here
+        inp = GuardInput(question, text.strip(), articles, tuple(self.titles(articles)))
         fired: list[Fired] = []
         for guard in self.guards:
             result = guard.check(inp)
@@ -280,7 +282,7 @@ class GuardChain:
             if result.not_found:
                 told = getattr(guard, "tells_user", True)
                 return Verdict(result.text, not_found=True, reason=result.reason if told else None, fired=fired)
-            inp = GuardInput(question, result.text, sources, inp.titles)
+            inp = GuardInput(question, result.text, articles, inp.titles)
         return Verdict(inp.text, fired=fired)
 
     def stream_filter(self, question: str = "") -> StreamFilter:

@@ -71,8 +71,9 @@ class EchoedSourceList:
     """Drops a copy of the prompt's source list after the answer (:func:`strip_echoed_sources`).
 
     Example:
+        >>> from ragidx.article import Article
         >>> reply = "Use Table [1].\\nSources:\\n[1] Tables"
-        >>> EchoedSourceList().check(GuardInput("q", reply, [{"title": "Tables"}])).text
+        >>> EchoedSourceList().check(GuardInput("q", reply, [Article("t", "Tables", "", "")])).text
         'Use Table [1].'
     """
 

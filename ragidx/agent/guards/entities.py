@@ -3,7 +3,7 @@ every article that way, and scraped articles hold some. Turned back into charact
 stream.
 
 Example:
-    >>> restore_entities("Click the &gt;&gt; button.", [{"content": "Click the >> button."}])
+    >>> restore_entities("Click the &gt;&gt; button.", [Article("a", "", "", "Click the >> button.")])
     'Click the >> button.'
 """
 
@@ -12,25 +12,25 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from ragidx.agent.guards.base import GuardInput, GuardResult
+from ragidx.article import Article
 
 _ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#39|#x27);")
 
 
-def restore_entities(text: str, sources: Sequence[dict[str, Any]]) -> str:
+def restore_entities(text: str, sources: Sequence[Article]) -> str:
     """``text`` with the HTML entities a model wrote for plain characters (``&gt;`` for ``>``) turned
     back into them; an entity that the articles shown also write (say, a page about HTML) is kept.
 
     Example:
-        >>> restore_entities("Click the &gt;&gt; button.", [{"content": "Click the >> button."}])
+        >>> restore_entities("Click the &gt;&gt; button.", [Article("b", "Buttons", "", "Click the >> button.")])
         'Click the >> button.'
     """
     found = set(_ENTITY.findall(text))
     if not found:
         return text
-    kept = {e for e in found if any(e in str(s.get("content") or "") for s in sources)}
+    kept = {e for e in found if any(e in s.content for s in sources)}
     return _ENTITY.sub(lambda m: m.group(0) if m.group(0) in kept else html.unescape(m.group(0)), text)
 
 

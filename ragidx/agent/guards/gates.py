@@ -5,7 +5,7 @@ model itself, in one token on the answer's prompt (:func:`check_options` for lla
 :func:`check_log_odds`).
 
 Example:
-    >>> MissingIdentifiers().check(GateInput("default of io_method?", [], [{"content": "work_mem: 4MB"}]))
+    >>> MissingIdentifiers().check(GateInput("default of io_method?", [], [Article("a", "", "", "work_mem: 4MB")]))
     'no article found mentions io_method'
 """
 
@@ -19,6 +19,7 @@ from llama_index.core.base.llms.types import ChatResponse
 
 from ragidx.agent.citations import content_words, shown_text
 from ragidx.agent.guards.base import GateInput
+from ragidx.article import Article
 
 CHECK_TOKENS = ("YES", "NO")
 """The answer check's two replies (:func:`check_options` lifts both)."""
@@ -36,14 +37,15 @@ _IDENTIFIER = re.compile(
 )
 
 
-def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> list[str]:
+def missing_identifiers(question: str, sources: Sequence[Article]) -> list[str]:
     """The names in ``question`` (see ``_IDENTIFIER``) that no source writes, case-insensitively.
 
     A question about ``io_method`` over articles that never write ``io_method`` cannot be answered from
     them; a small model asked anyway invents a value ("the default of io_method is 1").
 
     Example:
-        >>> missing_identifiers("What is the default of io_method and work_mem?", [{"content": "work_mem: 4MB"}])
+        >>> shown = [Article("m", "Memory", "", "work_mem: 4MB")]
+        >>> missing_identifiers("What is the default of io_method and work_mem?", shown)
         ['io_method']
     """
     names = dict.fromkeys(m.strip(".") for m in _IDENTIFIER.findall(question))
@@ -51,7 +53,7 @@ def missing_identifiers(question: str, sources: Sequence[dict[str, Any]]) -> lis
     return [n for n in names if n and n.lower() not in text]
 
 
-def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
+def shares_terms(question: str, sources: Sequence[Article]) -> bool:
     """Whether any source contains any content word of the question (a cheap "is this on topic" gate).
 
     A question none of whose words occur in the retrieved articles cannot be answered from them;
@@ -60,7 +62,7 @@ def shares_terms(question: str, sources: Sequence[dict[str, Any]]) -> bool:
     asked = content_words(question)
     if not asked:
         return True
-    return any(asked & content_words(f"{s.get('title', '')} {s.get('content', '')}") for s in sources)
+    return any(asked & content_words(f"{s.title} {s.content}") for s in sources)
 
 
 class SharesTerms:

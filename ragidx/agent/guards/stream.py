@@ -340,7 +340,8 @@ class StreamFilter:
         return self._out(rest + tail)
 
     def _release(self, sources: Sequence[dict[str, Any]]) -> str:
-        """Everything still held, through the clean-ups (``sources``: the articles shown)."""
+        """Everything still held, through the clean-ups (``sources``: the articles shown, as ``Answer.articles``
+        writes them)."""
         text = self._cleaned(self._verdict.flush())
         text += self._after_entities(self._entities.flush())
         if self._echo is not None:

@@ -2,7 +2,7 @@
 A reply that states them was not read from the articles; a small model writes them from memory.
 
 Example:
-    >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
+    >>> ungrounded_numbers("It is 65,536 rows [1].", [Article("a", "", "", "Rows and columns.")])
     ['65536']
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from ragidx.agent.citations import LIST_NUMBER, MARKER, shown_text
 from ragidx.agent.guards.base import GuardInput, GuardResult
 from ragidx.agent.guards.source_talk import LOCATOR
+from ragidx.article import Article
 
 _NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
 
 
-def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
+def ungrounded_numbers(answer: str, sources: Sequence[Article], question: str = "") -> list[str]:
     """The numbers an answer states when **none** of them occurs in the sources or the question, else ``[]``.
 
     Such an answer was not read from the articles: asked for "the maximum number of rows in a Calc sheet"
@@ -30,13 +30,14 @@ def ungrounded_numbers(answer: str, sources: Sequence[dict[str, Any]], question:
     [2] at line 108": the local model added that to a right PostgreSQL answer) are not numbers it states.
 
     Example:
-        >>> ungrounded_numbers("It is 65,536 rows [1].", [{"content": "Rows and columns."}])
+        >>> ungrounded_numbers("It is 65,536 rows [1].", [Article("a", "", "", "Rows and columns.")])
         ['65536']
-        >>> ungrounded_numbers("128MB, that is 131072 kB [1].", [{"content": "default 128MB"}])
+        >>> ungrounded_numbers("128MB, that is 131072 kB [1].", [Article("a", "", "", "default 128MB")])
         []
-        >>> ungrounded_numbers("1. Choose Help - About.\\n2. Read the version [1].", [{"content": "Help - About"}])
+        >>> shown = [Article("a", "", "", "Help - About")]
+        >>> ungrounded_numbers("1. Choose Help - About.\\n2. Read the version [1].", shown)
         []
-        >>> ungrounded_numbers("It is WARNING, as article [2] says at line 108.", [{"content": "WARNING"}])
+        >>> ungrounded_numbers("It is WARNING, as article [2] says at line 108.", [Article("a", "", "", "WARNING")])
         []
     """
     plain = LIST_NUMBER.sub(r"\1", MARKER.sub(" ", LOCATOR.sub(r"\1", html.unescape(answer))))
@@ -54,16 +55,18 @@ _KEY = r"(?:f\d{1,2}|enter|return|tab|space|spacebar|esc|escape|backspace|del|de
 _SHORTCUT = re.compile(rf"(?i)(?<![\w+]){_MODIFIER}(?:\s*\+\s*(?:{_MODIFIER}|{_KEY}))+(?![\w+])")
 
 
-def ungrounded_shortcuts(answer: str, sources: Sequence[dict[str, Any]], question: str = "") -> list[str]:
+def ungrounded_shortcuts(answer: str, sources: Sequence[Article], question: str = "") -> list[str]:
     """The key combinations an answer states when **none** of them is written in the sources or the question
     (spaces aside, case-insensitively), else ``[]``: a help centre's values are its shortcuts as much as its
     numbers. Asked which shortcut starts voice dictation, over pages that list other shortcuts, a small model
     answers "Command + Option + V".
 
     Example:
-        >>> ungrounded_shortcuts("Press Command + Option + V [1].", [{"content": "Command+Option+F10 docks it."}])
+        >>> shown = [Article("a", "", "", "Command+Option+F10 docks it.")]
+        >>> ungrounded_shortcuts("Press Command + Option + V [1].", shown)
         ['Command + Option + V']
-        >>> ungrounded_shortcuts("Press Command + Shift + F10 [1].", [{"content": "CommandCtrl+Shift+F10 docks."}])
+        >>> shown = [Article("a", "", "", "CommandCtrl+Shift+F10 docks.")]
+        >>> ungrounded_shortcuts("Press Command + Shift + F10 [1].", shown)
         []
     """
     stated = list(dict.fromkeys(m.group(0) for m in _SHORTCUT.finditer(answer)))
@@ -92,9 +95,7 @@ def _keys(text: str) -> str:
 _NAME = re.compile(r"(?<=[a-zа-яё,;:] )([A-Z][A-Za-z]{2,}(?:\s+[A-Z][A-Za-z]+)*)")
 
 
-def ungrounded_names(
-    answer: str, sources: Sequence[dict[str, Any]], question: str = "", *, min_names: int = 2
-) -> list[str]:
+def ungrounded_names(answer: str, sources: Sequence[Article], question: str = "", *, min_names: int = 2) -> list[str]:
     """The names an answer writes inside its sentences that neither the sources nor the question write, when
     there are at least ``min_names`` of them, else ``[]``.
 
@@ -103,11 +104,12 @@ def ungrounded_names(
     is not enough: a right answer may compare with a product the articles do not name ("unlike Excel").
 
     Example:
-        >>> ungrounded_names("Use Google Sheets, or try Microsoft Excel.", [{"content": "Share a document."}])
+        >>> ungrounded_names("Use Google Sheets, or try Microsoft Excel.", [Article("a", "", "", "Share a document.")])
         ['Google Sheets', 'Microsoft Excel']
-        >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [{"content": "Choose Data - Filter."}])
+        >>> ungrounded_names("Unlike in Excel, choose Data - Filter.", [Article("a", "", "", "Choose Data - Filter.")])
         []
-        >>> ungrounded_names("Open it in Microsoft Excel, then save it in Excel.", [{"content": "Save a file."}])
+        >>> shown = [Article("a", "", "", "Save a file.")]
+        >>> ungrounded_names("Open it in Microsoft Excel, then save it in Excel.", shown)
         []
     """
     seen = shown_text(sources, question).lower()
@@ -139,7 +141,8 @@ class UngroundedNumbers(_Ungrounded):
     """Sets aside a reply whose numbers none of the articles shown writes (:func:`ungrounded_numbers`).
 
     Example:
-        >>> UngroundedNumbers().check(GuardInput("q", "It is 65,536 rows [1].", [{"content": "Rows."}])).not_found
+        >>> shown = [Article("a", "", "", "Rows.")]
+        >>> UngroundedNumbers().check(GuardInput("q", "It is 65,536 rows [1].", shown)).not_found
         True
     """
 

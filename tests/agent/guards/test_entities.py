@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from ragidx.agent.guards.base import GuardInput
 from ragidx.agent.guards.entities import EntityRestore, EntityUnescaper, restore_entities
+from ragidx.article import Article
 
 SOURCES = [
-    {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."},
-    {"kb_id": "html", "title": "HTML export", "url": "u2", "content": "An ampersand is written &amp; in HTML."},
+    Article.from_dict(
+        {"kb_id": "toc", "title": "Table of Contents", "url": "u1", "content": "Click the >> or the << button."}
+    ),
+    Article.from_dict(
+        {"kb_id": "html", "title": "HTML export", "url": "u2", "content": "An ampersand is written &amp; in HTML."}
+    ),
 ]
 
 

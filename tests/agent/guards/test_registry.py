@@ -16,13 +16,14 @@ from ragidx.agent.guards import GateInput, GuardChain, GuardInput, GuardResult, 
 from ragidx.agent.guards import chain as chain_module
 from ragidx.agent.guards.chain import ALL_NAMES, GATE_NAMES, PROFILES, checked_rule
 from ragidx.agent.guards.stream import STREAM_FORMS, stream_form_of
+from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.engine import Engine
 from tests.dashboard.fakes import cite_sources
 from tests.fakes.hash_embedding import HashEmbedding
 from tests.fakes.scripted_llm import RecordedCall, ScriptedLLM
 
-SOURCE = {"kb_id": "kb1", "title": "Colours", "content": "The default colour is blue."}
+SOURCE = Article.from_dict({"kb_id": "kb1", "title": "Colours", "content": "The default colour is blue."})
 
 
 class NoShouting:
@@ -78,7 +79,7 @@ class NeedsColour:
     stream_form = "none"
 
     def check(self, inp: GateInput) -> str | None:
-        return None if any("colour" in str(s.get("content")) for s in inp.sources) else "no article about colour"
+        return None if any("colour" in s.content for s in inp.sources) else "no article about colour"
 
 
 def test_profiles_list_their_rules_by_name_and_a_new_built_in_joins_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,14 +131,16 @@ def test_a_programs_clean_up_streams_through_its_hold_and_shows_what_the_answer_
         shown = chain.stream_filter("Default colour?")
         seen = "".join(shown.feed(reply[i : i + size]) for i in range(0, len(reply), size))
         assert "colour" not in seen
-        closing = shown.finish(Answer(question="q", text=final.text, articles=[SOURCE]))
+        closing = shown.finish(Answer(question="q", text=final.text, articles=[SOURCE.to_dict()]))
         assert shown.printed == final.text and seen + closing == final.text
 
 
 def test_a_programs_gate_keeps_the_model_from_being_asked() -> None:
     chain = GuardChain("endpoint", ["model_not_found", NeedsColour()])
     assert [g.name for g in chain.gates] == ["needs_colour"] and [g.name for g in chain.guards] == ["model_not_found"]
-    fired = chain.gate(GateInput("Default font?", [{"title": "Fonts", "content": "Arial."}]))
+    fired = chain.gate(
+        GateInput("Default font?", [Article.from_dict({"kb_id": "a", "title": "Fonts", "content": "Arial."})])
+    )
     assert fired is not None and (fired.name, fired.reason) == ("needs_colour", "no article about colour")
     assert chain.gate(GateInput("Default colour?", [SOURCE])) is None
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ragidx.agent.guards import GuardChain
+from ragidx.article import Article
 from tests.agent.guards.test_chain import CONFIG_PAGES, ask
 
 RELAYED = (
@@ -15,7 +16,7 @@ RELAYED = (
 def test_an_answer_relaying_an_articles_instruction_loses_that_sentence_under_every_model_profile(
     profile: str,
 ) -> None:
-    source = {"kb_id": "k", "title": "Resource Consumption", "content": RELAYED.replace(" [1]", "")}
+    source = Article.from_dict({"kb_id": "k", "title": "Resource Consumption", "content": RELAYED.replace(" [1]", "")})
     verdict = GuardChain.from_profile(profile).review("What is shared_buffers' default?", RELAYED, [source])
     assert not verdict.not_found
     assert verdict.text.startswith("shared_buffers defaults to 128MB [1].")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ragidx.agent.guards.base import GuardInput
 from ragidx.agent.guards.source_talk import SourceTalk, source_talk_units, strip_source_talk
+from ragidx.article import Article
 
 
 def test_a_sentence_that_only_says_where_the_answer_was_found_is_dropped_its_marker_kept() -> None:
@@ -56,7 +57,7 @@ def test_a_closing_sentence_is_held_while_it_may_still_be_source_talk() -> None:
 
 def test_the_guard_reads_the_titles_the_model_saw() -> None:
     talk = 'It is .BAK. This can be found in the article [1] on "Saving Documents Automatically".'
-    sources = [{"title": "Saving Documents Automatically"}]
+    sources = [Article("auto", "Saving Documents Automatically", "", "")]
     result = SourceTalk().check(GuardInput("q", talk, sources))
     assert result.text == "It is .BAK [1]." and result.reason is not None and not result.not_found
     assert SourceTalk().check(GuardInput("q", "It is .BAK [1].", sources)).reason is None

@@ -11,11 +11,20 @@ from ragidx.agent.guards.ungrounded import (
     ungrounded_numbers,
     ungrounded_shortcuts,
 )
+from ragidx.article import Article
 
 
 def test_a_shortcut_written_with_another_platforms_key_names_is_grounded() -> None:
     # LibreOffice's help merges the platforms: "CommandCtrl", "OptionAlt"
-    sources = [{"title": "Shortcuts", "content": "Press CommandCtrl+OptionAlt+Shift+V to paste unformatted text."}]
+    sources = [
+        Article.from_dict(
+            {
+                "kb_id": "a",
+                "title": "Shortcuts",
+                "content": "Press CommandCtrl+OptionAlt+Shift+V to paste unformatted text.",
+            }
+        )
+    ]
     for said in ("Ctrl+Alt+Shift+V", "Command + Option + Shift + V", "cmd+alt+shift+v"):
         assert ungrounded_shortcuts(f"Press {said} [1].", sources) == []
     assert ungrounded_shortcuts("Press Ctrl+Alt+V [1].", sources) == ["Ctrl+Alt+V"]
@@ -24,7 +33,15 @@ def test_a_shortcut_written_with_another_platforms_key_names_is_grounded() -> No
 
 
 def test_where_the_model_says_it_read_something_is_not_a_number_it_states() -> None:
-    logging = [{"title": "Error Reporting and Logging", "content": "log_min_messages: the default is WARNING."}]
+    logging = [
+        Article.from_dict(
+            {
+                "kb_id": "a",
+                "title": "Error Reporting and Logging",
+                "content": "log_min_messages: the default is WARNING.",
+            }
+        )
+    ]
     # the local model's reply to a PostgreSQL question: right, with a made-up locator
     reply = "The default message level for log_min_messages is WARNING. This can be found in article [2] at line 108."
     assert ungrounded_numbers(reply, logging) == []
@@ -35,7 +52,15 @@ def test_where_the_model_says_it_read_something_is_not_a_number_it_states() -> N
 
 
 def test_each_guard_sets_the_reply_aside_with_what_it_states() -> None:
-    sources = [{"title": "Sharing", "content": "Share a document with Tools - Share Document. It holds 10 users."}]
+    sources = [
+        Article.from_dict(
+            {
+                "kb_id": "a",
+                "title": "Sharing",
+                "content": "Share a document with Tools - Share Document. It holds 10 users.",
+            }
+        )
+    ]
     cases = [
         (UngroundedNumbers(), "It holds 65,536 rows [1].", "65536"),
         (UngroundedShortcuts(), "Press Command + Option + V [1].", "Command + Option + V"),
@@ -52,6 +77,6 @@ def test_each_guard_sets_the_reply_aside_with_what_it_states() -> None:
 
 
 def test_one_name_the_articles_do_not_write_is_not_enough() -> None:
-    sources = [{"content": "Choose Data - Filter."}]
+    sources = [Article.from_dict({"kb_id": "a", "content": "Choose Data - Filter."})]
     assert ungrounded_names("Unlike in Excel, choose Data - Filter.", sources) == []
     assert ungrounded_names("Unlike MySQL or Oracle, choose Data - Filter.", sources) == ["MySQL", "Oracle"]
