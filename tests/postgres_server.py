@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 INSTALL_HINT = "apt-get update && apt-get install -y postgresql"
+PGVECTOR_HINT = "apt-get install -y postgresql-15-pgvector, or build ../shared/vendor/pgvector-0.8.6.tar.gz (.ci/run)"
 
 
 def find_bin_dir() -> Path | None:

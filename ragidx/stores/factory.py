@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ragidx.config import Settings
+from ragidx.stores.active_table import active_table
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.lancedb_store import LanceDBChunkStore
 
@@ -14,15 +15,34 @@ logger = logging.getLogger(__name__)
 
 
 def build_chunk_store(settings: Settings) -> Any:
-    """LanceDB on disk by default; Weaviate when ``store='weaviate'``."""
+    """LanceDB on disk by default; pgvector when ``store='postgres'``; Weaviate when ``store='weaviate'``."""
+    if settings.store == "postgres":
+        return build_postgres_store(settings)
     if settings.store == "lancedb":
         return LanceDBChunkStore(
             # "" without a tenant: such a process sees the chunks of no tenant, never every tenant's
             uri=settings.lancedb_uri,
-            table_name=settings.collection,
+            table_name=active_table(settings.lancedb_uri, settings.collection),  # `ragidx reindex` may switch it
             tenant=settings.tenant or "",
         )
     return build_weaviate_store(settings)
+
+
+def build_postgres_store(settings: Settings) -> Any:
+    """The chunks in the PostgreSQL database of ``article_store_url``, beside the articles and the ledger."""
+    from ragidx.stores.postgres_store import PostgresChunkStore
+
+    if settings.article_store_url is None:
+        raise ValueError(
+            "store='postgres' keeps the chunks in the database of article_store_url: set it "
+            "(RAGIDX_ARTICLE_STORE_URL=postgresql://USER:PASSWORD@HOST:5432/DB)"
+        )
+    return PostgresChunkStore(
+        url=settings.article_store_url.get_secret_value(),
+        collection=settings.collection,
+        tenant=settings.tenant or "",
+        hnsw=settings.pgvector,
+    )
 
 
 def build_weaviate_store(settings: Settings) -> Any:
