@@ -42,6 +42,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from ragidx.questions.settings import QuestionLogSettings
 from ingestion.sync.config import SourceList
 from ragidx.retrieval.rerank_endpoint import RerankEndpoint
 from ragidx.stores.postgres_settings import PgvectorSettings
@@ -507,6 +508,11 @@ class ServerKey(BaseModel):
     )
     user: str | None = Field(default=None, description="The user requests with this key run as (user:NAME).")
     groups: list[str] = Field(default_factory=list, description="The groups of that user (group:NAME).")
+    role: Literal["reader", "admin"] = Field(
+        default="reader",
+        description="'admin': the key may also read the question log, feedback, gaps and curated answers "
+        "(/v1/admin/...); 'reader': it may only ask, search and rate its own answers.",
+    )
 
     @field_validator("user")
     @classmethod
@@ -875,6 +881,7 @@ class Settings(BaseSettings):
     )
     serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings, description="The Streamlit dashboard.")
+    questions: QuestionLogSettings = Field(default_factory=QuestionLogSettings, description="The question log.")
     sources: SourceList = Field(default_factory=list, description="[[sources]] kept in sync by `ragidx sync`.")
 
     @classmethod
