@@ -46,7 +46,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from ingestion.sources import FILE_PATH
-from ingestion.sync.base import Failed, Fetched, Gone, ItemState, Skipped, Unchanged
+from ingestion.sync.base import Failed, Fetched, Gone, ItemState, Skipped, SourceReader, Unchanged
 from ingestion.sync.config import SourceConfig
 from ingestion.sync.kinds import ReaderContext, reader_for
 from ingestion.sync.reuse import ReusedEmbedding, stored_vectors
@@ -225,12 +225,19 @@ class SyncRunner:
         """Every source's last sync as recorded."""
         return self.states.last_syncs()
 
-    def sync(self, config: SourceConfig, *, on_item: Callable[[ItemOutcome], None] | None = None) -> SyncReport:
+    def sync(
+        self,
+        config: SourceConfig,
+        *,
+        on_item: Callable[[ItemOutcome], None] | None = None,
+        reader: SourceReader | None = None,
+    ) -> SyncReport:
         """Sync one source; the source's own failures are the report's ``error``, never raised.
 
         Args:
             config: the source.
             on_item: called with each item's outcome as it is decided (a progress bar).
+            reader: scan with this reader instead of the one the source's kind builds (a program's own source).
 
         Raises:
             IngestStorageError: the stores could not be written (disk full ...); what was done is kept.
@@ -240,7 +247,7 @@ class SyncRunner:
         try:
             with self.states.lock(config.name):
                 try:
-                    _Sync(self, config, report, on_item).run()
+                    _Sync(self, config, report, on_item).run(reader)
                 finally:
                     report.seconds = time.perf_counter() - started
                     self._record(config, report)
@@ -289,14 +296,14 @@ class _Sync:
         if self.on_item is not None:
             self.on_item(outcome)
 
-    def run(self) -> None:
+    def run(self, reader: SourceReader | None) -> None:
         self.previous = self.states.load(self.config.name)
         self.by_body = {body: key for key, body in self.states.body_hashes(self.config.name).items()}
         complete = False
         try:
-            reader = reader_for(
-                self.config, ReaderContext(settings=self.engine.settings, article_store=self.engine.article_store)
-            )
+            if reader is None:
+                context = ReaderContext(settings=self.engine.settings, article_store=self.engine.article_store)
+                reader = reader_for(self.config, context)
             events = iter(reader.scan(MappingProxyType(dict(self.previous))))
             while True:
                 t0 = time.perf_counter()
@@ -450,6 +457,12 @@ class _Sync:
                     self.kept_kb_ids.add(self.previous[p.key].kb_id)
                 continue
             done.append(p)
+        # an item now stored under another id (a canonical URL that changed): its old article goes before the new
+        # state is saved, so a kill in between leaves the old id in the state, and the next sync deletes it again
+        replaced = [
+            prev.kb_id for p in done if (prev := self.previous.get(p.key)) is not None and prev.kb_id != p.article.kb_id
+        ]
+        self.delete_articles(replaced)
         self.states.save(self.config.name, [p.state for p in done], body_hashes={p.key: p.body for p in done})
         for p in done:
             self.by_body.setdefault(p.body, p.key)
@@ -459,16 +472,19 @@ class _Sync:
         batch, self.unchanged = self.unchanged, []
         self.states.save(self.config.name, batch, body_hashes={})
 
-    def delete(self, keys: Sequence[str]) -> None:
-        """Delete the articles of these items (those no kept item uses and no other source owns), then forget them."""
-        if not keys:
-            return
-        unused = (self.previous[k].kb_id for k in keys if self.previous[k].kb_id not in self.kept_kb_ids)
-        kb_ids = list(dict.fromkeys(unused))
-        owners = self.engine.article_store.owners(kb_ids) if kb_ids else {}
-        mine = [k for k in kb_ids if owners.get(k, (self.config.name, ""))[0] == self.config.name]
+    def delete_articles(self, kb_ids: Sequence[str]) -> None:
+        """Delete these articles, but those a kept item still uses and those another source owns now."""
+        unused = list(dict.fromkeys(k for k in kb_ids if k not in self.kept_kb_ids))
+        owners = self.engine.article_store.owners(unused) if unused else {}
+        mine = [k for k in unused if owners.get(k, (self.config.name, ""))[0] == self.config.name]
         if mine:
             self.engine.delete(mine)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete the articles of these items (see :meth:`delete_articles`), then forget the items."""
+        if not keys:
+            return
+        self.delete_articles([self.previous[k].kb_id for k in keys])
         self.states.forget(self.config.name, list(keys))
         moved = {self.moved_from[k]: k for k in keys if k in self.moved_from}
         for item in self.report.items:
