@@ -371,10 +371,10 @@ def cmd_migrate_articles(args: argparse.Namespace) -> int:
         )
         return 2
     report = migrate_articles(args.source or settings.article_db_path, target, tenant=settings.tenant)
-    if settings.store != "weaviate":
+    if settings.store == "lancedb":
         print(
             "note: the chunks stay in this machine's LanceDB; processes that share the article store need "
-            "a shared vector store too (store = 'weaviate')",
+            "a shared vector store too ('ragidx migrate --to postgres', then store = 'postgres')",
             file=sys.stderr,
         )
     print(json.dumps(report.as_dict()))
@@ -475,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
     from ragidx.integrations.mcp_command import add_mcp_command
+    from ragidx.stores.chunk_migration import add_migrate_command
 
     p = sub.add_parser(
         "ingest",
@@ -590,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.set_defaults(func=cmd_serve)
+    add_migrate_command(sub)
     add_mcp_command(sub)
     for command in sub.choices.values():
         _global_arguments(command, subcommand=True)
