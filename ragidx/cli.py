@@ -474,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
+    from ingestion.sync.cli import add_sync_commands
     from ragidx.integrations.mcp_command import add_mcp_command
     from ragidx.stores.chunk_migration import add_migrate_command
 
@@ -593,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
     add_migrate_command(sub)
     add_mcp_command(sub)
+    add_sync_commands(sub)
     for command in sub.choices.values():
         _global_arguments(command, subcommand=True)
     return parser
