@@ -8,12 +8,15 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ragidx.budget.report import BudgetReport
 from ragidx.wording import counted
 
+QUOTE_SHOWN_CHARS = 200
+"""A citation's quote is shown up to here in ``Answer.render`` (whole in ``citations``)."""
 NOT_FOUND_TEXT = "I could not find the answer to this question in the knowledge base."
 
 
@@ -80,6 +83,10 @@ class Citation:
     """The title of the document's section that holds the sentence the answer cites ('' for a whole article)."""
     page: int | None = None
     """The PDF page that holds the sentence the answer cites (None for other articles)."""
+    quote: str = ""
+    """The sentence of the article that supports the statement the citation closes, verbatim ('' when none holds
+    enough of its words, or the text shown was not the article's); for a web page ``url`` opens at it and
+    highlights it (a URL text fragment, :mod:`ragidx.agent.text_fragments`)."""
 
 
 @dataclass
@@ -138,7 +145,8 @@ class Answer:
         return data
 
     def render(self) -> str:
-        """The answer and its sources, for a terminal: control and bidi characters from the articles' titles,
+        """The answer and its sources (each with the sentence it quotes, cut at ``QUOTE_SHOWN_CHARS``), for a
+        terminal: control and bidi characters from the articles' titles,
         ids and URLs (or echoed into the text) are shown as escapes (:func:`ragidx.safe_text.printable`); an id
         shown for a missing URL is cut back where it reads as an instruction, as a citation's URL is
         (:func:`ragidx.safety.injection.shown_url`)."""
@@ -149,9 +157,11 @@ class Answer:
         if self.citations:
             lines.append("")
             lines.append("Sources:")
-            lines.extend(
-                f"[{c.number}] {printable(c.title)}{f' ({printable(c.where)})' if c.where else ''} — "
-                f"{printable(c.url or shown_url(c.kb_id))}"
-                for c in self.citations
-            )
+            for c in self.citations:
+                lines.append(
+                    f"[{c.number}] {printable(c.title)}{f' ({printable(c.where)})' if c.where else ''} — "
+                    f"{printable(c.url or shown_url(c.kb_id))}"
+                )
+                if c.quote:  # the sentence the citation rests on, for the reader to check at a glance
+                    lines.append(f'    "{printable(textwrap.shorten(c.quote, QUOTE_SHOWN_CHARS, placeholder=" …"))}"')
         return "\n".join(lines)

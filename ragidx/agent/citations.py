@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragidx.agent.answer import Citation
+from ragidx.agent.text_fragments import with_text_fragment
 from ragidx.article import LOCATION, SECTIONS, Article, as_articles, describe_location, location_url
+from ragidx.budget.extractive import ELLIPSIS
 from ragidx.safety.injection import FLAGS_KEY, shown_title, shown_url
 from ragidx.sentences import split_units
 from ragidx.terms import terms
@@ -239,14 +241,27 @@ the offsets of its ``sections`` do not hold there."""
 
 
 def supporting_offset(statements: Sequence[str], content: str) -> int | None:
-    """Where in ``content`` the sentence (or line: a table row is one) that supports ``statements`` starts: the
-    one holding the largest share of a statement's words, each weighted by how rare it is among the sentences of
-    ``content`` (the sentence the statement closes is tried alone too); None when none holds
-    ``MIN_PASSAGE_SHARE``.
+    """Where in ``content`` the sentence that supports ``statements`` starts (see :func:`supporting_span`).
 
     Example:
         >>> supporting_offset(["Backups are kept for 35 days."], "Backups run nightly. They are kept 35 days.")
         21
+    """
+    span = supporting_span(statements, content)
+    return span[0] if span is not None else None
+
+
+def supporting_span(statements: Sequence[str], content: str) -> tuple[int, int] | None:
+    """The ``[start, end)`` of the sentence (or line: a table row is one) of ``content`` that supports
+    ``statements``: the one holding the largest share of a statement's words, each weighted by how rare it is
+    among the sentences of ``content`` (the sentence the statement closes is tried alone too); None when none
+    holds ``MIN_PASSAGE_SHARE``.
+
+    Example:
+        >>> content = "Backups run nightly. They are kept 35 days."
+        >>> start, end = supporting_span(["Backups are kept for 35 days."], content)
+        >>> content[start:end]
+        'They are kept 35 days.'
     """
     units = split_units(content)
     if not units:
@@ -256,7 +271,7 @@ def supporting_offset(statements: Sequence[str], content: str) -> int | None:
     for words in unit_words:
         for w in words:
             df[w] = df.get(w, 0) + 1
-    best: tuple[float, int] | None = None
+    best: tuple[float, int, int] | None = None
     for statement in statements:
         sentences = _SENTENCE.findall(statement)
         for claim_text in dict.fromkeys([statement, *sentences[-1:]]):
@@ -266,24 +281,28 @@ def supporting_offset(statements: Sequence[str], content: str) -> int | None:
             for i, words in enumerate(unit_words):
                 share = sum(weights[w] for w in claim & words if w in weights) / total
                 if share >= MIN_PASSAGE_SHARE and (best is None or share > best[0]):
-                    best = (share, units[i].start)
-    return best[1] if best is not None else None
+                    best = (share, units[i].start, units[i].end)
+    return (best[1], best[2]) if best is not None else None
 
 
-def passage_location(source: Article, statements: Sequence[str]) -> dict[str, Any] | None:
+def passage_location(
+    source: Article, statements: Sequence[str], *, span: tuple[int, int] | None = None
+) -> dict[str, Any] | None:
     """``{"section", "heading_path"?, "page"?, "url"}`` of the section of ``source`` that holds the sentence
-    supporting ``statements`` (see :func:`supporting_offset`), from the document's ``sections``; None for an
-    article without sections, one whose text is not the stored article's (``UNPLACEABLE``), or when no sentence
-    holds the statements."""
+    supporting ``statements`` (see :func:`supporting_span`; ``span``: that sentence, when already found), from the
+    document's ``sections``; None for an article without sections, one whose text is not the stored article's
+    (``UNPLACEABLE``), or when no sentence holds the statements."""
     meta = source.metadata
     if any(meta.get(k) for k in UNPLACEABLE):
         return None
     sections = meta.get(SECTIONS)
     if not isinstance(sections, list) or not sections or not statements:
         return None
-    offset = supporting_offset(statements, source.content)
-    if offset is None:
+    if span is None:
+        span = supporting_span(statements, source.content)
+    if span is None:
         return None
+    offset = span[0]
     found = [s for s in sections if isinstance(s, dict) and int(s.get("start", 0)) <= offset]
     section = found[-1] if found else sections[0]
     page, anchor = section.get("page"), section.get("anchor") or None
@@ -296,10 +315,32 @@ def passage_location(source: Article, statements: Sequence[str]) -> dict[str, An
     return location
 
 
+MAX_QUOTE_CHARS = 400
+"""A longer supporting sentence (a table row, a run-on list) is quoted up to here, cut at a word."""
+MIN_QUOTE_WORDS = 3
+
+
+def passage_quote(source: Article, span: tuple[int, int] | None) -> str:
+    """The supporting sentence ``span`` of ``source`` as a verbatim quote of the article: where the text shown was
+    compressed or cut ("…" marks the cut), the longest uncut piece; '' for an article whose instruction-like text
+    was replaced (its shown text is not the article's) or a piece under ``MIN_QUOTE_WORDS`` words."""
+    if span is None or source.metadata.get(FLAGS_KEY):
+        return ""
+    text = source.content[span[0] : span[1]]
+    if ELLIPSIS in text:
+        text = max((p.strip() for p in text.split(ELLIPSIS)), key=len)
+    text = text.strip()
+    if len(text) > MAX_QUOTE_CHARS:
+        text = text[:MAX_QUOTE_CHARS].rsplit(None, 1)[0]
+    return text if len(re.findall(r"\w+", text)) >= MIN_QUOTE_WORDS else ""
+
+
 def _citation(number: int, source: Article, statements: Sequence[str] = ()) -> Citation:
     """The citation of ``source`` as ``[number]``, pointing at the section and page of its sentence that supports
-    ``statements`` (the text the marker closes), else at its best search match's place."""
-    location = passage_location(source, statements)
+    ``statements`` (the text the marker closes), else at its best search match's place; it quotes that sentence,
+    and a web page's link opens at it (:func:`ragidx.agent.text_fragments.with_text_fragment`)."""
+    span = supporting_span(statements, source.content) if statements else None
+    location = passage_location(source, statements, span=span)
     if location is None:
         location = source.metadata.get(LOCATION)
         location = location if isinstance(location, dict) else {}
@@ -309,14 +350,21 @@ def _citation(number: int, source: Article, statements: Sequence[str] = ()) -> C
     shown = location
     if section == title:  # the document's opening section: its title says it already
         shown = {k: v for k, v in location.items() if k != "section"}
+    quote = passage_quote(source, span)
+    url = str(location.get("url") or source.url)
+    link = shown_url(url)  # a reader never gets a link that reads as an instruction
+    if quote and link == url:
+        fmt = source.metadata.get("format")
+        link = with_text_fragment(link, quote, str(fmt) if fmt else None)
     return Citation(
         number=number,
         kb_id=source.kb_id,
         title=shown_title(title),  # a reader never sees instruction-like text under ragidx's heading
-        url=shown_url(str(location.get("url") or source.url)),
+        url=link,
         where=describe_location(shown),
         section=section,
         page=int(page) if isinstance(page, int) else None,
+        quote=quote,
     )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "budget_sentence",
     "budget_view",
     "citation_lines",
+    "cited_passages",
     "default_call",
     "exact_figures",
     "flash_reasons",
@@ -92,6 +93,53 @@ def citation_lines(answer: Answer, *, served_files: bool = False) -> list[str]:
         line = f"[{c.number}] [{title}]({link})" if link else f"[{c.number}] {title} ({_md_escape(c.kb_id)})"
         lines.append(f"{line} — {_md_escape(c.where)}" if c.where else line)
     return lines
+
+
+PASSAGE_CONTEXT_CHARS = 280
+"""Text shown on each side of a quoted sentence in :func:`cited_passages` (cut at a word)."""
+
+
+def cited_passages(answer: Answer) -> list[tuple[str, str]]:
+    """``(heading, markdown)``, both escaped for ``st.markdown``, per citation that quotes its article: the sentence
+    the citation rests on, highlighted in the text around it as the model was shown the article (the article's own
+    page opens at the same sentence: the citation's link carries a text fragment). Article text is shown, never
+    rendered as links or directives.
+
+    Example:
+        >>> from ragidx.agent.answer import Answer, Citation
+        >>> article = {"kb_id": "k", "title": "Backups", "content": "Backups run nightly. They are kept 35 days."}
+        >>> cite = Citation(1, "k", "Backups", "https://x", quote="They are kept 35 days.")
+        >>> cited_passages(Answer(question="q", text="35 days [1].", citations=[cite], articles=[article]))
+        [('\\\\[1\\\\] Backups', 'Backups run nightly. :orange-background[They are kept 35 days.]')]
+    """
+    texts = {str(a.get("kb_id", "")): str(a.get("content") or "") for a in answer.articles}
+    out = []
+    for c in answer.citations:
+        text = texts.get(c.kb_id, "")
+        at = text.find(c.quote) if c.quote else -1
+        if at < 0:
+            continue
+        end = at + len(c.quote)
+        before = text[max(0, at - PASSAGE_CONTEXT_CHARS) : at]
+        after = text[end : end + PASSAGE_CONTEXT_CHARS]
+        if at > PASSAGE_CONTEXT_CHARS:
+            before = "… " + before.split(None, 1)[-1] if " " in before else before
+        if end + PASSAGE_CONTEXT_CHARS < len(text):
+            after = after.rsplit(None, 1)[0] + " …" if " " in after else after
+        shown = " ".join(
+            part
+            for part in (_escape_text(before), f":orange-background[{_escape_text(c.quote)}]", _escape_text(after))
+            if part
+        )
+        out.append((_escape_text(f"[{c.number}] {c.title or c.kb_id}"), shown))
+    return out
+
+
+def _escape_text(text: str) -> str:
+    """Article text for ``st.markdown`` inside a line: one line, its Markdown and Streamlit directive characters
+    escaped (links, emphasis, code, ``:colour[...]``), a list or heading marker at its start too."""
+    line = re.sub(r"([\\`*_{}\[\]()#|<>~:$])", r"\\\1", " ".join(printable(text).split()))
+    return re.sub(r"^(\d+)([.)])|^([-+>])", lambda m: f"{m[1]}\\{m[2]}" if m[1] else f"\\{m[3]}", line)
 
 
 ARTICLE_COLUMNS = {

@@ -85,7 +85,8 @@ def document_link(kb_id: str, url: str) -> str | None:
     if parts.scheme.lower() != "file" or not kb_id:
         return None
     link = f"{ROUTE}/{quote(kb_id, safe='/')}"
-    return f"{link}#{quote(parts.fragment, safe='=')}" if parts.fragment else link
+    # the fragment is already a URL's: its %-escapes and a text directive's ":~:text=a,b" pass unchanged
+    return f"{link}#{quote(parts.fragment, safe='=:~,%')}" if parts.fragment else link
 
 
 def resolve_document(article_store: Any, kb_id: str, principal: Principal | None = None) -> ServedFile:

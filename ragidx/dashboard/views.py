@@ -31,6 +31,7 @@ from ragidx.dashboard.answers import (
     article_rows,
     budget_view,
     citation_lines,
+    cited_passages,
     default_call,
     exact_figures,
     flash_reasons,
@@ -430,6 +431,10 @@ def render_answer(answer: Answer, key: str) -> None:
     lines = citation_lines(answer, served_files=True)  # streamlit_app.py serves the ingested files
     if lines:
         st.markdown("**Sources**\n\n" + "\n".join(f"- {line}" for line in lines))
+    passages = cited_passages(answer)  # each quoted sentence highlighted in its article's text
+    if passages:
+        with st.expander("Where the sources say it", expanded=False):
+            st.markdown("\n\n".join(f"**{heading}**  \n{text}" for heading, text in passages))
     for error in answer.tool_errors:
         st.warning(f"A search failed, so this answer may miss articles: {printable(error)}")
     with st.expander("How this answer was made", expanded=False):

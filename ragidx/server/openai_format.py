@@ -267,7 +267,10 @@ def answer_extra(answer: Answer) -> dict[str, Any]:
     """ragidx's extra field: what the answer cites, what it was drawn from, and whether it is one."""
     return {
         "text": answer.text,
-        "citations": [{"number": c.number, "kb_id": c.kb_id, "title": c.title, "url": c.url} for c in answer.citations],
+        "citations": [
+            {"number": c.number, "kb_id": c.kb_id, "title": c.title, "url": c.url, "where": c.where, "quote": c.quote}
+            for c in answer.citations
+        ],
         "sources": [
             {
                 "kb_id": a.get("kb_id"),

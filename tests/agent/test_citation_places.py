@@ -172,7 +172,8 @@ def _cited(engine: Engine, question: str) -> tuple[Citation, dict[str, Any]]:
 def test_a_pdf_citation_opens_at_the_page_of_the_quoted_sentence(engine: Engine) -> None:
     citation, best_match = _cited(engine, "How long are backups kept?")
     assert best_match["page"] == 3  # the decoy page is the best search match: the sentence is on page 2
-    assert citation.url.endswith("/docs/ops.pdf#page=2")
+    assert citation.url.endswith("/docs/ops.pdf#page=2")  # a PDF viewer takes the page, not a text fragment
+    assert citation.quote and citation.quote in engine.article_store.get([citation.kb_id])[citation.kb_id].content
     assert (citation.page, citation.section, citation.where) == (2, "Retention", "p. 2, Retention")
 
 
@@ -186,7 +187,11 @@ def test_a_word_citation_names_the_section_of_the_quoted_sentence(engine: Engine
 def test_an_html_citation_links_to_the_anchor_of_the_quoted_sentence(engine: Engine) -> None:
     citation, best_match = _cited(engine, "How many days does a refund take?")
     assert best_match["section"] == "Refund disputes"
-    assert citation.url.endswith("/docs/billing.html#refunds")
+    # the page opens at its section, and a browser with text fragments scrolls to the sentence and highlights it
+    assert citation.quote == "A refund reaches the card within 9 working days."
+    assert citation.url.endswith(
+        "/docs/billing.html#refunds:~:text=A%20refund%20reaches%20the%20card%20within%209%20working%20days."
+    )
     assert (citation.section, citation.where) == ("Refunds", "Refunds")
 
 

@@ -65,6 +65,8 @@ def kb(tmp_path: Path) -> Any:
 def test_document_link_keeps_the_place_and_quotes_the_id() -> None:
     assert document_link("a b/guide.pdf", "file:///kb/a%20b/guide.pdf#page=3") == "documents/a%20b/guide.pdf#page=3"
     assert document_link("guide.html", "file:///kb/guide.html#naming-cells") == "documents/guide.html#naming-cells"
+    quoted = "file:///kb/guide.html#naming-cells:~:text=Name%20a%20cell%2C%20then,press%20Enter."
+    assert document_link("guide.html", quoted) == "documents/guide.html" + quoted[len("file:///kb/guide.html") :]
     assert document_link("x(1).md", "file:///kb/x(1).md") == "documents/x%281%29.md"
     assert document_link("lo-42", "https://help.example/lo-42") is None
     assert document_link("lo-42", "") is None
