@@ -36,7 +36,7 @@ import threading
 from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
@@ -50,7 +50,8 @@ from ragidx.engine_parts.sessions import EngineSessions, ScopedAsker
 from ragidx.engine_parts.stores import DeleteReport, EngineStores
 from ragidx.providers.llms import LLMProvider
 from ragidx.providers.model_queue import EngineBusyError, ModelQueue
-from ragidx.stores.access import Scope
+from ragidx.questions.recorder import recorder_for
+from ragidx.stores.access import Principal, Scope
 from ragidx.stores.article_store import ArticleStore
 from ragidx.stores.filters import FilterSpec
 from ragidx.sync_call import run_sync
@@ -490,6 +491,7 @@ class Engine(PromptMixin):
         user: str | None = None,
         groups: Groups = None,
         history: Sequence[ChatMessage] | None = None,
+        log: bool = False,
     ) -> Answer:
         """Answer with citations.
 
@@ -501,8 +503,13 @@ class Engine(PromptMixin):
 
         Safe from many threads at once; the question waits its turn at the model
         (:attr:`model_queue`) and raises :class:`EngineBusyError` when the queue is full or the wait too long.
+        ``log=True`` writes the turn to the question log (unless ``[questions]`` is off; never failing the answer):
+        its ``question_id`` then names it for :meth:`feedback` (docs: the question log).
         """
-        return run_sync(self._aask(question, session_id, Scope.of(filters, user, groups), history))
+        asked = self._aask(question, session_id, Scope.of(filters, user, groups), history)
+        if log:
+            asked = recorder_for(self).logged(asked, question, user=user, groups=groups, history=history)
+        return run_sync(asked)
 
     async def aask(
         self,
@@ -513,9 +520,28 @@ class Engine(PromptMixin):
         user: str | None = None,
         groups: Groups = None,
         history: Sequence[ChatMessage] | None = None,
+        log: bool = False,
     ) -> Answer:
         """Async :meth:`ask`."""
-        return await self._aask(question, session_id, Scope.of(filters, user, groups), history)
+        asked = self._aask(question, session_id, Scope.of(filters, user, groups), history)
+        if log:
+            asked = recorder_for(self).logged(asked, question, user=user, groups=groups, history=history)
+        return await asked
+
+    def feedback(
+        self,
+        question_id: str,
+        vote: Literal["up", "down"] | None,
+        *,
+        user: str | None = None,
+        groups: Groups = None,
+        comment: str | None = None,
+        wrong_article: str | None = None,
+    ) -> None:
+        """Rate a logged answer (its ``question_id``) as the reader who asked it (``user``, ``groups``); None takes
+        the vote back. Raises ``QuestionNotFound`` for a question that reader did not ask (ragidx.questions)."""
+        reader = Principal.of(user, groups)
+        recorder_for(self).feedback(question_id, vote, reader=reader, comment=comment, wrong_article=wrong_article)
 
     async def _aask(
         self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None

@@ -53,7 +53,7 @@ from ragidx.dashboard.evaluation import (
     stage_table,
 )
 from ragidx.dashboard.examples import example_question, example_titles
-from ragidx.dashboard.feedback import FeedbackLog, Rating
+from ragidx.dashboard.feedback import Rating, rate, record_turn
 from ragidx.dashboard.uploads import UploadResult, accepted_suffixes, ingest_upload, uploads_enabled
 from ragidx.safe_text import printable
 from ragidx.wording import counted
@@ -404,10 +404,13 @@ def _ask(engine: Any, question: str, session_id: str) -> dict[str, Any]:
         stage.empty()
         placeholder.empty()
         why = printable(f"{type(exc).__name__}: {exc}", keep_newlines=True)
+        record_turn(engine, question, None, turn_id=uuid.uuid4().hex, error=exc)
         return {"role": "assistant", "error": f"The engine could not answer: {why}"}
     stage.empty()
     placeholder.empty()
-    return {"role": "assistant", "answer": answer, "id": uuid.uuid4().hex}
+    turn_id = uuid.uuid4().hex
+    record_turn(engine, question, answer, turn_id=turn_id)  # the question log (the thumbs rate this id)
+    return {"role": "assistant", "answer": answer, "id": turn_id}
 
 
 def _render_turn(turn: dict[str, Any], engine: Any, session_id: str) -> None:
@@ -493,7 +496,7 @@ def _figures(answer: Answer, key: str) -> None:
 
 
 def _feedback(answer: Answer, turn_id: str, session_id: str, engine: Any) -> None:
-    """A thumbs up or down, appended to ``<data_dir>/feedback.jsonl`` when clicked (interim: see feedback.py)."""
+    """A thumbs up or down, stored with the turn in the question log when clicked (ragidx.dashboard.feedback)."""
     key = f"feedback_{turn_id}"
     row = st.container(horizontal=True, vertical_alignment="center")
     row.caption("Was this answer right?", width="content")
@@ -501,22 +504,14 @@ def _feedback(answer: Answer, turn_id: str, session_id: str, engine: Any) -> Non
         "thumbs",
         key=key,
         on_change=_record_feedback,
-        args=(key, answer, turn_id, session_id, engine.settings.data_dir),
+        args=(key, turn_id, engine),
     )
 
 
-def _record_feedback(key: str, answer: Answer, turn_id: str, session_id: str, data_dir: Any) -> None:
+def _record_feedback(key: str, turn_id: str, engine: Any) -> None:
     value = st.session_state.get(key)
     rating: Rating | None = None if value is None else ("up" if value == 1 else "down")
-    try:
-        FeedbackLog(data_dir).record(answer, rating, answer_id=turn_id, session_id=session_id)
-    except OSError as exc:
-        st.toast(f"Your rating could not be saved: {exc}")
-        return
-    if rating == "down":
-        st.toast("Thank you: this answer is marked as wrong for whoever looks after the knowledge base.")
-    elif rating == "up":
-        st.toast("Thank you: recorded.")
+    st.toast(rate(engine, turn_id, rating))
 
 
 # --- ingest ----------------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ from ragidx.engine import Engine
 from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
 from ragidx.providers.local_llm import LocalModelError
 from ragidx.providers.model_queue import EngineBusyError
+from ragidx.questions.recorder import Turn, recorder_for
+from ragidx.questions.routes import router as questions_router
 from ragidx.server.openai_format import (
     CHAT_READER_FIELDS,
     READER_FIELDS,
@@ -213,6 +215,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
     app.add_middleware(_Guard, admission=admission, counter=metrics.requests)
+    app.include_router(questions_router)  # POST /v1/feedback, GET /v1/admin/... (ragidx.questions.routes)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -369,15 +372,18 @@ def create_app(engine: Engine) -> FastAPI:
             return filters
         reader = _reader(request)
         reading: dict[str, Any] = {"filters": filters, "user": reader.user, "groups": reader.groups, "history": history}
+        turn = recorder_for(engine).turn(question, surface="serve", reader=reader, history=history, id=completion_id())
         if not data.get("stream"):
             try:
                 answer = await _unless_gone(request, engine.aask(question, **reading))
             except _ClientGone:
                 return Response(status_code=499)
             except Exception as exc:
+                await turn.failed(exc)
                 return engine_error(exc)
             metrics.answered(answer)
-            return chat_completion(answer, model=model_id)
+            await turn.answered(answer)  # logged before the client has the id it may rate
+            return chat_completion(answer, model=model_id, cid=turn.id)
         stream = engine.astream_ask(question, **reading)
         try:
             # a busy queue or a dead model is an HTTP error, not a broken stream; a client that hangs up while its
@@ -388,9 +394,10 @@ def create_app(engine: Engine) -> FastAPI:
             return Response(status_code=499)
         except Exception as exc:
             await stream.aclose()
+            await turn.failed(exc)
             return engine_error(exc)
         return StreamingResponse(
-            _events(stream, first, model_id, metrics),
+            _events(stream, first, model_id, metrics, turn),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -561,12 +568,15 @@ def _model_state(engine: Engine) -> str:
     return "stopped" if server.port is not None else "not started"
 
 
-async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, metrics: _Metrics) -> AsyncIterator[str]:
+async def _events(
+    stream: AsyncGenerator[Any, None], first: Any, model: str, metrics: _Metrics, turn: Turn
+) -> AsyncIterator[str]:
     """The answer as server-sent events: its text as it can be shown (``Engine.astream_ask`` lets through only text
     the answer keeps, so a client that shows deltas never shows words that are later withdrawn), then the Sources
     block, the closing chunk with ``ragidx``, ``[DONE]``. A client that goes away closes ``stream``: the engine
-    stops the model and frees the queue's place."""
-    cid = completion_id()
+    stops the model and frees the queue's place. The turn is logged before its closing chunk (``turn.id`` is the
+    completion's id)."""
+    cid = turn.id
 
     def event(chunk: dict[str, Any]) -> str:
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
@@ -580,6 +590,7 @@ async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, met
             else:
                 answer = item
                 metrics.answered(answer)
+                await turn.answered(answer)
                 if sources := sources_block(answer):
                     yield event(chat_chunk(cid, model, content=sources))
                 yield event(chat_chunk(cid, model, finish=True, answer=answer))
@@ -591,6 +602,7 @@ async def _events(stream: AsyncGenerator[Any, None], first: Any, model: str, met
     except Exception as exc:  # after the first byte an HTTP status cannot change: an error event, then the end
         busy = isinstance(exc, EngineBusyError)
         metrics.errors.labels("busy" if busy else "stream").inc()
+        await turn.failed(exc)
         if busy:  # the queue's own words, written for the caller
             message = str(exc)
         else:  # as for a 500: an id to find the exception in the log, whose text may quote what the server holds

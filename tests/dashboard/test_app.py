@@ -124,18 +124,36 @@ def test_an_empty_chat_offers_titles_of_the_knowledge_base_and_asks_about_one(
     assert not [b for b in at.button if str(b.key).startswith("example_")]  # the chat has begun
 
 
-def test_a_thumbs_down_is_appended_to_the_feedback_file(kb_dir: Path) -> None:
-    from ragidx.dashboard.feedback import FeedbackLog
+def logged(data_dir: Path) -> tuple[list[Any], dict[str, list[Any]]]:
+    """The question log of the dashboard's knowledge base: its questions and their feedback."""
+    from ragidx.config import Settings
+    from ragidx.questions.recorder import log_for
+    from ragidx.stores.factory import build_article_store
 
-    at = ask(start(), "How do I create a table of contents?")
-    assert not FeedbackLog(kb_dir).read()
+    settings = Settings(data_dir=data_dir)
+    store = build_article_store(settings)
+    try:
+        log = log_for(settings, store)
+        assert log is not None
+        records = log.records()
+        return records, log.feedback_for([r.id for r in records])
+    finally:
+        store.close()
+
+
+def test_each_answer_is_logged_and_its_thumbs_stored_with_it(kb_dir: Path) -> None:
+    at = ask(start(), "How do I create a table of contents? Call me on +44 20 7946 0958")
+    (record,), votes = logged(kb_dir)
+    assert record.question == "How do I create a table of contents? Call me on [phone]"
+    assert (record.surface, record.outcome, record.reader, record.model) == ("dashboard", "answered", "", "scripted")
+    assert any(a.cited for a in record.articles) and not votes
     at.chat_message[1].feedback[0].set_value(0).run()  # 0: thumbs down
     assert not at.exception, at.exception
-    (line,) = FeedbackLog(kb_dir).read()
-    assert line["rating"] == "down" and line["question"] == "How do I create a table of contents?"
-    assert line["answer"] == at.chat_message[1].markdown[0].value and line["cited"] and line["model"] == "scripted"
-    at.chat_message[1].feedback[0].set_value(1).run()  # changed to up: a second line, the last counts
-    assert [r["rating"] for r in FeedbackLog(kb_dir).read()] == ["down", "up"]
+    assert [f.vote for f in logged(kb_dir)[1][record.id]] == ["down"]
+    at.chat_message[1].feedback[0].set_value(1).run()  # changed to up: the last vote counts
+    assert [f.vote for f in logged(kb_dir)[1][record.id]] == ["up"]
+    at.chat_message[1].feedback[0].set_value(None).run()  # taken back
+    assert record.id not in logged(kb_dir)[1]
 
 
 def test_a_2k_window_from_the_tuning_page_compresses_articles(kb_dir: Path) -> None:

@@ -29,7 +29,6 @@ import pytest
 
 from ragidx.config import Settings
 from ragidx.dashboard.engines import FACTORY_ENV
-from ragidx.dashboard.feedback import FeedbackLog
 from tests.dashboard.conftest import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -231,8 +230,11 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             page.screenshot(path=str(ARTIFACTS / "dashboard_chat_failure.png"), full_page=True)
             raise
     assert shot.stat().st_size > 10_000
-    (rated,) = FeedbackLog(tmp_path / "data").read()
-    assert rated["rating"] == "down" and rated["question"] == "How do I create and format a table of contents?"
+    from tests.dashboard.test_app import logged
+
+    (record,), votes = logged(tmp_path / "data")
+    assert record.question == "How do I create and format a table of contents?"
+    assert [f.vote for f in votes[record.id]] == ["down"]
 
 
 @pytest.fixture
