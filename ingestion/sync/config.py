@@ -94,7 +94,9 @@ class DocumentMapping(BaseModel):
     """Which metadata key of a LlamaIndex ``Document`` gives the article's id, title, url, update time and readers.
 
     A key that is missing on a document falls back: the id to the document's own ``id_``, the title to the first
-    line of its text, the url to nothing, the update time to nothing, the readers to the source's ``allowed``.
+    line of its text, the url to nothing, the update time to nothing, the text to the document's text, the readers
+    to the source's ``allowed``. A readers value may be a list or one string of ``user:``/``group:`` names
+    separated by commas.
 
     Example:
         >>> DocumentMapping().id_key
@@ -109,6 +111,11 @@ class DocumentMapping(BaseModel):
     updated_key: str = Field(
         default="updated_at",
         description="Metadata key of the document's last update time: equal to the last sync's, it is not read again.",
+    )
+    text_key: str | None = Field(
+        default=None,
+        description="Metadata key holding the article's text (None: the Document's text). For readers that put "
+        "every column into the text, such as DatabaseReader: select the text column as metadata instead.",
     )
     allowed_key: str = Field(
         default="allowed",
@@ -214,7 +221,10 @@ class SourceConfig(BaseModel):
             if interval < 60:
                 raise ValueError(f"schedule {value!r}: sync at most once a minute (use '1m' or longer)")
             return value
-        from croniter import croniter
+        try:
+            from croniter import croniter
+        except ImportError:
+            raise ValueError(f"schedule {value!r}: cron schedules need croniter: pip install 'ragidx[sync]'") from None
 
         if len(value.split()) not in (5, 6) or not croniter.is_valid(value):
             raise ValueError(

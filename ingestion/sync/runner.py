@@ -20,6 +20,10 @@
    item is never deleted. An article another source owns now is never deleted by this one;
 6. records the last sync (counts, failures, pages per second) for ``ragidx sources``, the server and the dashboard.
 
+When a source's settings changed since its last sync (its ``metadata``, ``allowed``, mapping ...: all but its
+schedule), the reader is handed the states without their validators (ETag, Last-Modified, lastmod, mtime), so every
+item is read again and compared: an article whose only change is its metadata is relabelled, not embedded.
+
 Crash safety: an item's state is saved only after its article is stored and indexed, and an article's deletion
 comes before its state is forgotten. A sync killed anywhere (``kill -9``) leaves states that lag behind the stores,
 never ahead: the next sync fetches those items again, the ledger finds them already indexed (nothing embedded
@@ -59,7 +63,7 @@ if TYPE_CHECKING:
     from ingestion.pipeline import IngestReport
     from ragidx.engine import Engine
 
-__all__ = ["ItemOutcome", "SyncReport", "SyncRunner", "body_hash", "sync_hash"]
+__all__ = ["ItemOutcome", "SyncReport", "SyncRunner", "body_hash", "source_hash", "sync_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +81,12 @@ def sync_hash(article: Article) -> str:
     h = hashlib.sha256(article.content_hash.encode())
     h.update(json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str).encode())
     return h.hexdigest()
+
+
+def source_hash(config: SourceConfig) -> str:
+    """The hash of a source's settings that shape its articles (all but its schedule)."""
+    data = config.model_dump(mode="json", exclude={"schedule"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def body_hash(article: Article) -> str:
@@ -260,6 +270,7 @@ class SyncRunner:
     def _record(self, config: SourceConfig, report: SyncReport) -> None:
         data = report.as_dict(items=True, max_items=MAX_RECORDED_ITEMS)
         data["items"] = [i for i in data["items"] if i["what"] in ("failed", "skipped")]
+        data["source_hash"] = source_hash(config)
         try:
             self.states.record(config.name, report.started_at, time.time(), report.status, data)
         except Exception:  # the sync itself is done: a record that cannot be written is logged, not raised
@@ -298,13 +309,19 @@ class _Sync:
 
     def run(self, reader: SourceReader | None) -> None:
         self.previous = self.states.load(self.config.name)
+        handed = self.previous
+        last = self.states.last_syncs().get(self.config.name)
+        if last is not None and last.report.get("source_hash") != source_hash(self.config):
+            # the source's settings changed (its metadata, readers, mapping ...): every item is read again and
+            # compared, as no 304 or equal mtime says its article is still what these settings make of it
+            handed = {k: dataclasses.replace(s, etag=None, last_modified=None, lastmod=None) for k, s in handed.items()}
         self.by_body = {body: key for key, body in self.states.body_hashes(self.config.name).items()}
         complete = False
         try:
             if reader is None:
                 context = ReaderContext(settings=self.engine.settings, article_store=self.engine.article_store)
                 reader = reader_for(self.config, context)
-            events = iter(reader.scan(MappingProxyType(dict(self.previous))))
+            events = iter(reader.scan(MappingProxyType(dict(handed))))
             while True:
                 t0 = time.perf_counter()
                 try:
