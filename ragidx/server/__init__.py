@@ -36,6 +36,7 @@ def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> No
     from ragidx.engine import Engine
 
     check_bind(settings.serve.host, has_keys=settings.serve.has_keys)
+    from ingestion.sync.schedule import scheduled_syncs
     from ragidx.server.runner import LoggedServer, log_to_stderr, uvicorn_config
 
     readers = settings.serve.key_readers()
@@ -50,6 +51,7 @@ def serve(settings: Any, *, warm_up: bool = True, log_level: str = "info") -> No
                 keys=len(readers),
                 readers=len({(user, groups) for _, user, groups in readers}),
             )
-            server.run()
+            with scheduled_syncs(engine):  # [[sources]] with a schedule, synced in the background
+                server.run()
     finally:
         stop_logging()

@@ -56,6 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ingestion.sync.routes import router as sources_router
 from ragidx.engine import Engine
 from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
 from ragidx.providers.local_llm import LocalModelError
@@ -216,6 +217,7 @@ def create_app(engine: Engine) -> FastAPI:
     # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
     app.add_middleware(_Guard, admission=admission, counter=metrics.requests)
     app.include_router(questions_router)  # POST /v1/feedback, GET /v1/admin/... (ragidx.questions.routes)
+    app.include_router(sources_router)  # GET /v1/admin/sources (ingestion.sync.routes)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
