@@ -17,7 +17,8 @@
   ``url#anchor``; a linked PDF or Word file (or any registered format) under the same prefixes is read by the
   reader of its suffix (:func:`ingestion.readers.reader_for`).
 
-Each article's metadata holds the source's ``metadata`` and ``allowed``.
+Each article's metadata holds its ``format`` (``html``, ``pdf`` ...) and its ``sections``; the sync runner adds
+the source's ``metadata`` and ``allowed``.
 
 Example:
     >>> from ingestion.sync.config import SourceConfig
@@ -29,14 +30,12 @@ Example:
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import logging
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -57,6 +56,7 @@ from ingestion.sync.base import (
 )
 from ingestion.sync.extract import extract_sections, parse_html
 from ingestion.sync.robots import RobotsCache
+from ingestion.sync.runner import sync_hash
 from ingestion.sync.sitemap import SitemapEntry, read_sitemaps
 from ragidx.article import SECTIONS, Article
 
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
     from ingestion.sync.config import SourceConfig
 
-__all__ = ["MAX_REDIRECTS", "Scope", "WebsiteReader", "normalise_url", "state_hash"]
+__all__ = ["MAX_REDIRECTS", "Scope", "WebsiteReader", "normalise_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,14 +101,6 @@ def normalise_url(url: str) -> str:
     if parts.username:
         netloc = f"{parts.username}@{netloc}"
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
-
-
-def state_hash(article: Article) -> str:
-    """sha256 of what, when changed, must store the article again: its title, url, language and text
-    (:attr:`Article.content_hash`) and its metadata (the source's metadata, its readers, its sections)."""
-    digest = hashlib.sha256(article.content_hash.encode())
-    digest.update(json.dumps(article.metadata, sort_keys=True, ensure_ascii=False, default=str).encode())
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -274,7 +266,11 @@ class WebsiteReader:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _sitemap_entry(
-        self, entry: SitemapEntry, previous: Mapping[str, ItemState], seen: set[str], enqueue: Any
+        self,
+        entry: SitemapEntry,
+        previous: Mapping[str, ItemState],
+        seen: set[str],
+        enqueue: Callable[[_Task], None],
     ) -> Iterator[ScanEvent]:
         url = normalise_url(entry.loc)
         why_not = self.scope.why_not(url)
@@ -445,7 +441,7 @@ class WebsiteReader:
         article = self._article(key, title, sections, "html")
         if article is None:
             return [Skipped(key, "no text in its main content")]
-        return [Fetched(key, article, replace(state, key=key, kb_id=key, content_hash=state_hash(article)))]
+        return [Fetched(key, article, replace(state, key=key, kb_id=key, content_hash=sync_hash(article)))]
 
     def _document(self, body: bytes, url: str, suffix: str, state: ItemState) -> ScanEvent:
         """A linked file read by the reader of its suffix, from a temporary copy."""
@@ -475,11 +471,11 @@ class WebsiteReader:
         article = self._article(url, title, sections, entry.format)
         if article is None:
             return Skipped(url, "no text in it")
-        return Fetched(url, article, replace(state, content_hash=state_hash(article)))
+        return Fetched(url, article, replace(state, content_hash=sync_hash(article)))
 
     def _article(self, key: str, title: str, sections: list[Section], fmt: str) -> Article | None:
-        """The article of a page's or file's sections (None when they hold no text), with the source's metadata
-        and readers, and where each section starts (``sections``) for citations."""
+        """The article of a page's or file's sections (None when they hold no text), with its format and where
+        each section starts (``sections``) for citations."""
         parts: list[str] = []
         starts: list[dict[str, Any]] = []
         offset = 0
@@ -503,10 +499,7 @@ class WebsiteReader:
             offset += len(text)
         if not parts:
             return None
-        metadata: dict[str, Any] = {**self.config.metadata, "format": fmt, "source": self.config.name}
-        if self.config.allowed:
-            metadata["allowed"] = list(self.config.allowed)
-        metadata[SECTIONS] = starts
+        metadata: dict[str, Any] = {"format": fmt, SECTIONS: starts}  # the runner adds the source's metadata
         title = title or PurePosixPath(urlsplit(key).path).stem or key
         return Article(kb_id=key, title=title, url=key, content="\n\n".join(parts), metadata=metadata)
 

@@ -219,7 +219,7 @@ def test_the_article_is_the_main_content_with_its_sections_anchors(site: Site) -
         page("Printing", '<p>Open the print dialog.</p><h2 id="options">Options</h2><p>Pick the pages.</p>'),
     )
 
-    event = scan(site, metadata={"product": "writer"}, allowed=["group:support"])[site.url("/docs/index.html")]
+    event = scan(site)[site.url("/docs/index.html")]
 
     assert isinstance(event, Fetched)
     article = event.article
@@ -236,7 +236,7 @@ def test_the_article_is_the_main_content_with_its_sections_anchors(site: Site) -
     assert "Open the print dialog." in article.content and "Pick the pages." in article.content
     anchors = [s.get("anchor") for s in article.metadata[SECTIONS]]
     assert anchors == ["top", "options"]
-    assert article.metadata["product"] == "writer" and article.metadata["allowed"] == ["group:support"]
+    assert article.metadata["format"] == "html"
 
 
 def test_a_linked_pdf_is_read_by_the_pdf_reader_with_its_pages(site: Site) -> None:

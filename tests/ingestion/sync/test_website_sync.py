@@ -12,6 +12,7 @@ import pytest
 
 from ingestion.sync.config import SourceConfig, WebsiteOptions
 from ingestion.sync.runner import SyncReport, SyncRunner
+from ragidx.article import SECTIONS
 from ragidx.config import Settings
 from ragidx.engine import Engine
 from tests.fakes.hash_embedding import HashEmbedding
@@ -44,6 +45,7 @@ def synced(tmp_path: Path) -> Iterator[tuple[Site, Engine, SourceConfig]]:
             name="help",
             kind="website",
             url=site.url("/docs/index.html"),
+            metadata={"product": "writer"},
             website=WebsiteOptions(user_agent="ragidx-test", concurrency=2),
         )
         settings = Settings(data_dir=tmp_path / "data", sources=[source], chunk_tokens=60, chunk_overlap_tokens=0)
@@ -74,7 +76,9 @@ def test_a_site_synced_again_embeds_nothing_and_changes_are_exact(
     assert counts(third) == dict(new=1, changed=2, unchanged=3, deleted=2, failed=0)
     stored = engine.article_store.get([site.url("/docs/p9.html"), site.url("/docs/p4.html")])
     assert list(stored) == [site.url("/docs/p9.html")]
-    assert stored[site.url("/docs/p9.html")].url == site.url("/docs/p9.html")
+    new = stored[site.url("/docs/p9.html")]
+    assert new.url == site.url("/docs/p9.html") and new.metadata["product"] == "writer"
+    assert [s.get("anchor") for s in new.metadata[SECTIONS]] == ["top", "details"]
 
 
 def test_server_errors_delete_nothing_and_the_next_sync_completes(synced: tuple[Site, Engine, SourceConfig]) -> None:
