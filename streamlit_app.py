@@ -22,6 +22,7 @@ if __name__ == "__main__":  # a session's run of the page script
             st.Page("ragidx/dashboard/pages/chat.py", title="Chat", icon=":material/chat:", default=True),
             st.Page("ragidx/dashboard/pages/tuning.py", title="Tuning", icon=":material/tune:"),
             st.Page("ragidx/dashboard/pages/ingest.py", title="Ingest", icon=":material/upload_file:"),
+            st.Page("ragidx/dashboard/pages/sources.py", title="Sources", icon=":material/sync:"),
             st.Page("ragidx/dashboard/pages/evaluation.py", title="Evaluation", icon=":material/monitoring:"),
         ]
     )
