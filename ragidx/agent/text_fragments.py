@@ -36,13 +36,17 @@ PAGE_SUFFIXES = frozenset({"", ".html", ".htm", ".xhtml", ".shtml", ".php", ".as
 HTML_FORMATS = frozenset({"html", "htm", "xhtml"})
 
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_MARKUP = re.compile(r"(?m)^\s{0,3}#{1,6}\s+|[*_`~]{1,3}(?=\S)|(?<=\S)[*_`~]{1,3}")
+_HEADING = re.compile(r"(?m)^\s{0,3}#{1,6}\s+")
+# Paired emphasis and code only: a lone "*" or "_" is text ("SELECT * FROM", "huge_pages"), and a page shows it
+_PAIRED = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|`([^`\n]+)`|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
 _BLOCKS = re.compile(r"\s*(?:\|\s*|\n\s*)+")
 
 
 def _terms(quote_text: str) -> list[str]:
     """The quote's text as a page shows it, in pieces that each lie inside one block."""
-    plain = _MARKUP.sub("", _LINK.sub(r"\1", quote_text))
+    plain = _HEADING.sub(
+        "", _PAIRED.sub(lambda m: next(g for g in m.groups() if g is not None), _LINK.sub(r"\1", quote_text))
+    )
     pieces = [" ".join(p.split()) for p in _BLOCKS.split(plain)]
     return [p for p in pieces if re.search(r"\w", p)]
 

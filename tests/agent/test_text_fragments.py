@@ -30,6 +30,9 @@ def test_a_table_row_is_matched_from_its_first_cell_to_its_last() -> None:
         text_directive("Press **Ctrl+Enter** to run the `query`.")
         == "text=Press%20Ctrl%2BEnter%20to%20run%20the%20query."
     )
+    # a lone "*" or "_" is the page's text, not markup
+    assert text_directive("Set huge_pages to try.") == "text=Set%20huge_pages%20to%20try."
+    assert text_directive("SELECT * FROM t;") == "text=SELECT%20%2A%20FROM%20t%3B"
 
 
 def test_markdown_links_keep_their_text_and_an_empty_quote_gives_nothing() -> None:
