@@ -84,6 +84,10 @@ def hash_name(name: str, key: bytes | None) -> str:
     """
     if key is None or not name or name.startswith("h:"):
         return name
+    return _keyed(name, key)
+
+
+def _keyed(name: str, key: bytes) -> str:
     return "h:" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:24]
 
 
@@ -182,7 +186,7 @@ class QuestionLog:
             "id": rec.id,
             "time": _epoch(rec.time),
             "reader": self.reader_name(rec.reader),
-            "groups_json": json.dumps([hash_name(g, self._key) for g in rec.groups]),
+            "groups_json": json.dumps([g if self._key is None else _keyed(g, self._key) for g in rec.groups]),
             "question": redact.redact(rec.question),
             "conversation_json": json.dumps([[role, redact.redact(t)] for role, t in rec.conversation]),
             "outcome": rec.outcome,

@@ -238,7 +238,7 @@ def test_no_planted_personal_data_reaches_the_database(tmp_path: Path) -> None:
                     done = client.chat.completions.create(model="ragidx", messages=messages)
                     qid = done.id
                 elif i % 3 == 1:
-                    qid = next(iter(chat(url, ANN, question, stream=True))).id
+                    qid = list(chat(url, ANN, question, stream=True))[-1].id  # read to the end: logged by then
                 else:
                     qid = chat(url, ANN, question).id
                 fb = post(url, ANN, "/v1/feedback", {"id": qid, "vote": "down", "comment": f"reach me: {secret}"})
@@ -259,3 +259,19 @@ def test_no_planted_personal_data_reaches_the_database(tmp_path: Path) -> None:
     leaked += [s for s in PLANTED if "@" not in s and len(d := re.sub(r"\D", "", s)) >= 10 and d in digits]
     assert leaked == []
     assert raw.count("[email]") >= 30 and raw.count("[card]") >= 20 and raw.count("[key]") >= 40  # question, comment
+
+
+def test_on_postgresql_the_server_logs_rates_and_lists(tmp_path: Path, pg_url: str) -> None:
+    """The same log in a shared PostgreSQL database (article_store_url): a completion logged under its id, its
+    reader's vote, another reader's refused, the admin's listing."""
+    with make_engine(settings_for(tmp_path / "data", article_store_url=pg_url)) as eng:
+        assert eng.ingest(KB, source_name="kb").new == 2
+        with running(create_app(eng)) as url:
+            qid = chat(url, ANN, f"{QUESTION} Card 4111 1111 1111 1111").id
+            assert post(url, BOB, "/v1/feedback", {"id": qid, "vote": "up"}).status_code == 404
+            assert post(url, ANN, "/v1/feedback", {"id": qid, "vote": "down"}).status_code == 200
+            (row,) = get(url, ADMIN, "/v1/admin/questions").json()["data"]
+            assert (row["id"], row["question"], row["reader"]) == (qid, f"{QUESTION} Card [card]", "user:ann")
+            assert [f["vote"] for f in row["feedback"]] == ["down"]
+        raw = eng.article_store._read("test", lambda c: str(list(c.exec_driver_sql("SELECT * FROM ragidx_questions"))))
+        assert "4111" not in raw and "[card]" in raw
