@@ -42,6 +42,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMi
 
 from ingestion.pipeline import Ingestor, IngestReport
 from ingestion.sources import SourceItem
+from ragidx import telemetry
 from ragidx.article import Article
 from ragidx.config import Settings
 from ragidx.engine_parts.agents import EngineAgents
@@ -181,6 +182,7 @@ class Engine(PromptMixin):
             slots=lambda: self.model_queue.slots,
         )
         self._sessions = EngineSessions(self.settings, self._lock, self._agents)
+        telemetry.configure(self.settings.tracing)  # off (the default): one check, nothing imported
 
     # --- the embedding model and the stores (ragidx.engine_parts.stores) ----------------------------
     @property
@@ -388,15 +390,18 @@ class Engine(PromptMixin):
         reported in ``conflicts``); ``allow_widening`` applies changes that let more people read an article (None:
         unless the ``refuse_widening`` setting says no). See ``ingestion.pipeline``.
         """
-        return self._stores.ingest(
-            source,
-            source_name=source_name,
-            prune=prune,
-            progress=progress,
-            base_url=base_url,
-            replace=replace,
-            allow_widening=allow_widening,
-        )
+        with telemetry.span("ragidx.ingest", source=source_name, prune=prune) as traced:
+            report = self._stores.ingest(
+                source,
+                source_name=source_name,
+                prune=prune,
+                progress=progress,
+                base_url=base_url,
+                replace=replace,
+                allow_widening=allow_widening,
+            )
+            traced.counts(report.as_dict())
+        return report
 
     def delete(self, kb_ids: Sequence[str]) -> DeleteReport:
         """Delete articles and their chunks; says which were deleted and which ids this KB (this tenant's part

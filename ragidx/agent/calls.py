@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.tools import FunctionTool
@@ -245,6 +246,7 @@ class TurnCalls:
         turn.usage.completion_tokens += (usage(response) or {}).get("completion_tokens", 0)
         return response
 
+    @get_dispatcher(__name__).span  # a span of its own in traces (ragidx.telemetry)
     async def answer_check(self, turn: Turn, fit: Fit, margin: float) -> str | None:
         """The answer check: whether the model rates YES, "the articles shown answer the question", likelier
         than NO by ``margin`` log-odds. One token on the answer's prompt with the check in place of the

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
+from ragidx import telemetry
 from ragidx.config import Settings
 from ragidx.engine_parts.agents import EngineAgents
 from ragidx.providers.model_queue import ModelQueue
@@ -135,6 +136,7 @@ class EngineSessions:
                     self.memory.clear(session)
                 self._agents.give_back(agent, generation, scope)
 
+    @telemetry.traced_turn  # a ragidx.ask span when tracing is on (ragidx.telemetry)
     async def ask(
         self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None
     ) -> Answer:
@@ -143,6 +145,7 @@ class EngineSessions:
             answer = await place.agent.run(question=question, session_id=place.session)
         return place.finish(answer, history is not None)
 
+    @telemetry.traced_stream
     async def astream(
         self,
         question: str,

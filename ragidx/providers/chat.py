@@ -40,6 +40,8 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from ragidx import telemetry
+
 __all__ = [
     "ChatCaller",
     "ContextOverflowError",
@@ -358,7 +360,10 @@ class ChatCaller:
             response: ChatResponse = await asyncio.wait_for(pending, timeout=timeout)
             return response
 
-        return await self._with_retries(call)
+        with telemetry.llm_call(self.llm, stream=False, options=options) as traced:  # off: a no-op
+            answered = await self._with_retries(call)
+            traced.response(answered)
+        return answered
 
     async def astream(self, messages: Sequence[ChatMessage], on_delta: Callable[[str], None]) -> str:
         """A streamed chat call; ``on_delta`` gets each piece; returns the whole text."""
@@ -369,9 +374,11 @@ class ChatCaller:
             reasons: list[str | None] = []  # of the chunks that came from an OpenAI-style endpoint
             gen = await self.llm.astream_chat(wire)
             async for chunk in gen:
+                last[:] = [chunk, len(parts) + bool(chunk.delta)]
                 if _has_choices(chunk):
                     reasons.append(_finish_reason(chunk))
                 if chunk.delta:
+                    traced.first_token()
                     parts.append(chunk.delta)
                     on_delta(chunk.delta)
             if reasons and not any(reasons):
@@ -381,7 +388,11 @@ class ChatCaller:
                 raise ConnectionError(f"the reply stream ended without a finish reason after {len(parts)} pieces")
             return "".join(parts)
 
-        return await self._with_retries(call)
+        last: list[Any] = [None, 0]  # the last chunk (its usage, when the endpoint sends one) and the pieces
+        with telemetry.llm_call(self.llm, stream=True) as traced:
+            text = await self._with_retries(call)
+            traced.response(last[0], chunks=last[1])
+        return text
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         stop: stop_base = stop_after_attempt(self.retries + 1)

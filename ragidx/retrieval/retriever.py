@@ -163,6 +163,7 @@ class ArticleRetriever:
             vector_store_kwargs={"fusion": self.fusion} if self.fusion != "relative_score" else {},
         )
 
+    @dispatcher.span  # each step a span: ragidx.telemetry traces them
     def search(
         self, query: str, *, filters: MetadataFilters | None = None, principal: Principal | None = None
     ) -> list[NodeWithScore]:
@@ -175,18 +176,21 @@ class ArticleRetriever:
         # Stores without native async (LanceDB) would block the event loop: run in a thread.
         return await asyncio.to_thread(self.search, query, filters=filters, principal=principal)
 
+    @dispatcher.span
     def rerank(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[NodeWithScore]:
         """Step 2: rerank the candidates and keep ``rerank_top_n`` (at least ``top_k``)."""
         if self.reranker is None:
             return chunks[: self._rerank_keep(top_k)]
         return self.reranker.postprocess_nodes(chunks, query_bundle=_bundle(query))[: self._rerank_keep(top_k)]
 
+    @dispatcher.span
     async def arerank(self, query: str, chunks: list[NodeWithScore], top_k: int | None = None) -> list[NodeWithScore]:
         if self.reranker is None:
             return chunks[: self._rerank_keep(top_k)]
         out = await self.reranker.apostprocess_nodes(chunks, query_bundle=_bundle(query))
         return out[: self._rerank_keep(top_k)]
 
+    @dispatcher.span
     def group(
         self, query: str, chunks: list[NodeWithScore], top_k: int | None = None, principal: Principal | None = None
     ) -> list[Article]:
