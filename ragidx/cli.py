@@ -476,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
     from ingestion.sync.cli import add_sync_commands
     from ragidx.integrations.mcp_command import add_mcp_command
+    from ragidx.questions.commands import add_gaps_commands
     from ragidx.stores.chunk_migration import add_migrate_command
 
     p = sub.add_parser(
@@ -595,6 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_migrate_command(sub)
     add_mcp_command(sub)
     add_sync_commands(sub)
+    add_gaps_commands(sub)
     for command in sub.choices.values():
         _global_arguments(command, subcommand=True)
     return parser

@@ -138,6 +138,7 @@ class Answer:
     answer_check: float | None = None
     guards: list[dict[str, str]] = field(default_factory=list)
     guard_profile: dict[str, Any] = field(default_factory=dict)
+    curated: bool = False  # an editor's curated answer, served without the model (ragidx.questions.curated)
     question_id: str | None = None  # the question log's id of this turn, when it was logged (ragidx.questions)
 
     def to_dict(self) -> dict[str, Any]:

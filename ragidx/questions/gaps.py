@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from ragidx.questions.records import QuestionRecord
+from ragidx.questions.records import Outcome, QuestionRecord
 from ragidx.safe_text import printable
 from ragidx.terms import is_stop_word, stem, words
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from ragidx.article import Article
+    from ragidx.engine import Engine
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -53,10 +54,11 @@ __all__ = [
     "GapCluster",
     "GapReport",
     "build_report",
+    "engine_report",
     "parse_since",
 ]
 
-GAP_OUTCOMES = ("not_found", "declined")
+GAP_OUTCOMES: tuple[Outcome, ...] = ("not_found", "declined")
 """The outcomes that make a question a gap (with down-voted answers of any outcome)."""
 
 DEFAULT_THRESHOLD = 0.45
@@ -360,6 +362,40 @@ def build_report(
         )
     clustered = sum(c.size for c in clusters)
     return GapReport(start, end, bucket, len(chosen), clustered, tuple(clusters))
+
+
+def engine_report(
+    engine: Engine,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    min_size: int = DEFAULT_MIN_SIZE,
+    user: str | None = None,
+    groups: Sequence[str] = (),
+) -> GapReport:
+    """The gaps in ``engine``'s question log (its tenant's) from ``since`` to ``until``: :func:`build_report` over
+    its unanswered and down-voted questions, with the engine's embedding model, and its nearest articles searched
+    as ``user`` / ``groups`` (by default the public: an admin's report names no article its reader may not read)."""
+    from ragidx.questions.log import QuestionLog
+
+    settings = engine.settings
+    log = QuestionLog(engine.article_store, tenant=settings.tenant, retention_days=settings.questions.retention_days)
+    unanswered = log.records(since=since, until=until, outcomes=GAP_OUTCOMES)
+    down = log.downvoted(since=since, until=until)
+    records = list({r.id: r for r in [*unanswered, *down]}.values())
+
+    def search(question: str) -> list[Article]:
+        return engine.retrieve(question, top_k=3, user=user, groups=list(groups))
+
+    return build_report(
+        records,
+        engine.embed_model,
+        search if engine.article_store.count() else None,
+        downvoted={r.id for r in down},
+        since=since,
+        until=until,
+        min_size=min_size,
+    )
 
 
 def _embed(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:

@@ -62,6 +62,7 @@ from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
 from ragidx.providers.local_llm import LocalModelError
 from ragidx.providers.model_queue import EngineBusyError
 from ragidx.questions.recorder import Turn, recorder_for
+from ragidx.questions.gaps_routes import router as gaps_router
 from ragidx.questions.routes import router as questions_router
 from ragidx.server.openai_format import (
     CHAT_READER_FIELDS,
@@ -217,6 +218,7 @@ def create_app(engine: Engine) -> FastAPI:
     # A plain ASGI middleware (not @app.middleware, whose wrapped receive hides a client's hang-up from the routes)
     app.add_middleware(_Guard, admission=admission, counter=metrics.requests)
     app.include_router(questions_router)  # POST /v1/feedback, GET /v1/admin/... (ragidx.questions.routes)
+    app.include_router(gaps_router)  # /v1/admin/gaps, /v1/admin/curated (ragidx.questions.gaps_routes)
     app.include_router(sources_router)  # GET /v1/admin/sources (ingestion.sync.routes)
 
     @app.exception_handler(StarletteHTTPException)

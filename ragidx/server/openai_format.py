@@ -282,6 +282,7 @@ def answer_extra(answer: Answer) -> dict[str, Any]:
         ],
         "not_found": answer.not_found,
         "reason": answer.not_found_reason,
+        "curated": answer.curated,  # an editor's curated answer (ragidx.questions.curated)
         "rerank_fallback": fallback_of(answer.articles),  # the rerank service failed: why, and the order used
         "queries": list(answer.queries),
         "timings": dict(answer.timings),
