@@ -551,7 +551,10 @@ class Engine(PromptMixin):
     async def _aask(
         self, question: str, session_id: str | None, scope: Scope, history: Sequence[ChatMessage] | None = None
     ) -> Answer:
-        return await self._sessions.ask(question, session_id, scope, history)
+        from ragidx.questions.curated import curated_turn  # an editor's answer first, before the model's queue
+
+        curated = await curated_turn(self, question, session_id, scope, history)
+        return curated or await self._sessions.ask(question, session_id, scope, history)
 
     def astream_ask(
         self,
@@ -592,7 +595,10 @@ class Engine(PromptMixin):
         progress: bool = False,
         raw: bool = False,
     ) -> AsyncGenerator[StreamItem, None]:
-        return self._sessions.astream(question, session_id, scope, history, progress=progress, raw=raw)
+        from ragidx.questions.curated import curated_stream  # an editor's answer first, before the model's queue
+
+        stream = self._sessions.astream(question, session_id, scope, history, progress=progress, raw=raw)
+        return curated_stream(self, question, session_id, scope, history, stream)
 
     def stream_ask(
         self,
@@ -621,6 +627,10 @@ class Engine(PromptMixin):
         progress: bool = False,
         raw: bool = False,
     ) -> Iterator[StreamItem]:
+        from ragidx.questions.curated import curated_now  # an editor's answer first, before the model's queue
+
+        if (curated := curated_now(self, question, session_id, scope, history)) is not None:
+            return iter((curated.text, curated))
         return self._sessions.stream(question, session_id, scope, history, progress=progress, raw=raw)
 
     # --- LlamaIndex surfaces ---------------------------------------------------------------------
