@@ -42,6 +42,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from ragidx.providers.embedding_endpoint import EmbeddingEndpoint
 from ragidx.questions.settings import QuestionLogSettings
 from ingestion.sync.config import SourceList
 from ragidx.retrieval.rerank_endpoint import RerankEndpoint
@@ -735,6 +736,11 @@ class Settings(BaseSettings):
     )
     embed_batch_size: int = Field(default=64, ge=1, description="Chunks embedded per batch while ingesting.")
     embed_threads: int | None = Field(default=None, description="torch threads; None keeps torch's default.")
+    embedding: EmbeddingEndpoint | None = Field(
+        default=None,
+        description="[embedding]: embeddings from a service instead of embed_model (RAGIDX_EMBEDDING__MODEL, "
+        "RAGIDX_EMBEDDING__API_BASE, RAGIDX_EMBEDDING__API_KEY; ragidx.providers.embedding_endpoint).",
+    )
     chunk_tokens: int = Field(
         default=200,
         ge=32,

