@@ -24,6 +24,7 @@ if __name__ == "__main__":  # a session's run of the page script
             st.Page("ragidx/dashboard/pages/ingest.py", title="Ingest", icon=":material/upload_file:"),
             st.Page("ragidx/dashboard/pages/sources.py", title="Sources", icon=":material/sync:"),
             st.Page("ragidx/dashboard/pages/evaluation.py", title="Evaluation", icon=":material/monitoring:"),
+            st.Page("ragidx/dashboard/pages/gaps.py", title="Gaps", icon=":material/help_center:"),
         ]
     )
     views.select_engine()
