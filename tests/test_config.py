@@ -150,7 +150,8 @@ def test_serve_keys_that_cannot_work_are_refused_naming_the_entry_never_the_key(
         ({"key": "k", "key_env": "K"}, "either key or key_env"),
         ({"key": "k", "user": " "}, "non-empty name"),
         ({"key": "k", "groups": [""]}, "non-empty names"),
-        ({"key": "k", "role": "admin"}, "Extra inputs"),
+        ({"key": "k", "role": "owner"}, "Input should be 'reader' or 'admin'"),
+        ({"key": "k", "admin": True}, "Extra inputs"),
     ],
 )
 def test_a_serve_key_entry_must_say_where_its_key_is_and_whose_it_is(entry: dict[str, object], message: str) -> None:
@@ -241,8 +242,8 @@ def test_key_variables_named_as_the_serving_guide_names_them_are_no_error_anywhe
             "flash.llm.temprature: unknown key; did you mean flash.llm.temperature?",
         ),
         (
-            '[[serve.keys]]\nkey_env = "K"\nrole = "admin"\n',
-            "serve.keys[0].role: unknown key; the keys here are key, key_env, user, groups",
+            '[[serve.keys]]\nkey_env = "K"\nscope = "admin"\n',
+            "serve.keys[0].scope: unknown key; the keys here are key, key_env, user, groups, role",
         ),
         ("[serve]\nport = 99999\n", "serve.port: Input should be less than or equal to 65535"),
     ],
@@ -286,7 +287,7 @@ def _quotes(text: str, secret: str = SECRET) -> list[str]:
         ("RAGIDX_SERVE__KEYS", f'["{SECRET}"]'),  # a list of keys instead of tables
         ("RAGIDX_SERVE__KEYS", f'{{"key": "{SECRET}"}}'),  # one table instead of a list
         ("RAGIDX_SERVE__KEYS", f'[{{"key": "{SECRET}", "key_env": "K"}}]'),  # both: pydantic showed 16 + 6 chars
-        ("RAGIDX_SERVE__KEYS", f'[{{"key": "{SECRET}", "role": "admin"}}]'),
+        ("RAGIDX_SERVE__KEYS", f'[{{"key": "{SECRET}", "scope": "admin"}}]'),
         ("RAGIDX_SERVE__KEYS", SECRET),  # not JSON
         ("RAGIDX_SERVE__API_KEYS", SECRET),
         ("RAGIDX_SERVE__API_KEYS", f'"{SECRET}"'),
