@@ -8,7 +8,9 @@ import io
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +200,29 @@ def test_parse_since_reads_periods_and_dates() -> None:
     assert parse_since("2026-11-01", now=now) == datetime(2026, 11, 1, tzinfo=UTC)
     with pytest.raises(ValueError, match="30d"):
         parse_since("last month", now=now)
+
+
+def test_cli_gaps_prints_the_logged_gaps_as_json_csv_and_markdown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragidx.cli import main
+    from ragidx.config import Settings
+    from ragidx.questions.log import QuestionLog
+    from ragidx.stores.article_store import ArticleStore
+
+    log = QuestionLog(ArticleStore(Settings(data_dir=tmp_path).article_db_path), tenant=None, retention_days=None)
+    now = datetime.now(UTC)
+    for i, q in enumerate([*PRICING, *MOBILE[:3], "hello"]):
+        log.record(replace(rec(i, q, "declined" if i % 2 else "not_found"), time=now - timedelta(hours=i)))
+    log.record(replace(rec(99, PRICING[0]), time=now - timedelta(days=60)))  # before the period
+    base = ["--data-dir", str(tmp_path), "gaps"]
+    assert main([*base, "--json", "--since", "7d"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["size"] for c in data["clusters"]] == [4, 3] and data["questions"] == 8
+    assert set(data["clusters"][0]["questions"]) <= set(PRICING) and data["clusters"][0]["articles"] == []
+    assert main([*base, "--csv", "--min-size", "4"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(base) == 0
+    assert capsys.readouterr().out.startswith("# Knowledge-base gaps")
+    assert main([*base, "--since", "last week"]) == 2
+    assert "30d" in capsys.readouterr().err
