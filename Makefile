@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# torch first: the CPU wheel; otherwise pip pulls gigabytes of CUDA packages.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet $(FIND_LINKS) 'llama-cpp-python[server]==0.3.36'
-	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[local-llm,dashboard,server,cohere,postgres,multilingual,ocr,dev]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[local,dashboard,server,cohere,postgres,multilingual,ocr,dev]'
 	@if [ "$(LLAMA_BUILD)" = native ]; then \
 		$(BIN)/ragidx runtime native || echo "make: the portable llama.cpp build stays (see above)"; fi
 	touch $@

