@@ -196,7 +196,7 @@ class SyncRunner:
             setting decides, as for ``ragidx ingest``).
     """
 
-    def __init__(self, engine: Engine, *, batch_articles: int = 64, allow_widening: bool | None = None) -> None:
+    def __init__(self, engine: Engine, *, batch_articles: int = 128, allow_widening: bool | None = None) -> None:
         self.engine = engine
         self.batch_articles = batch_articles
         self.allow_widening = allow_widening
@@ -297,6 +297,7 @@ class _Sync:
         self.by_body: dict[str, str] = {}  # body hash → a key stored with it
         self.seen: set[str] = set()
         self.kept_kb_ids: set[str] = set()
+        self.lost: set[str] = set()  # items of the last sync whose article is gone from the store
         self.pending: list[_Pending] = []
         self.unchanged: list[ItemState] = []
         self.gone: list[str] = []
@@ -309,7 +310,11 @@ class _Sync:
 
     def run(self, reader: SourceReader | None) -> None:
         self.previous = self.states.load(self.config.name)
-        handed = self.previous
+        # an item whose article is no longer stored (deleted by hand, or by another source's --replace) is read
+        # again and stored again, whatever its validators say
+        stored = self.engine.article_store.states(list({s.kb_id for s in self.previous.values()}))
+        self.lost = {k for k, s in self.previous.items() if s.kb_id not in stored}
+        handed = {k: s for k, s in self.previous.items() if k not in self.lost}
         last = self.states.last_syncs().get(self.config.name)
         if last is not None and last.report.get("source_hash") != source_hash(self.config):
             # the source's settings changed (its metadata, readers, mapping ...): every item is read again and
@@ -351,8 +356,8 @@ class _Sync:
         elif isinstance(event, Unchanged):
             self.seen.add(key)
             prev = self.previous.get(key)
-            if prev is None:
-                self.emit(ItemOutcome(key, "failed", reason="reported unchanged but never stored: read next sync"))
+            if prev is None or key in self.lost:
+                self.emit(ItemOutcome(key, "failed", reason="reported unchanged but not stored: read next sync"))
                 return
             # the runner's hash and article id stay; the reader's validators are news
             kept = dataclasses.replace(event.state, key=key, kb_id=prev.kb_id, content_hash=prev.content_hash)
@@ -385,7 +390,7 @@ class _Sync:
         state = dataclasses.replace(event.state, key=key, kb_id=article.kb_id, content_hash=digest)
         prev = self.previous.get(key)
         self.kept_kb_ids.add(article.kb_id)
-        if prev is not None and prev.content_hash == digest and prev.kb_id == article.kb_id:
+        if prev is not None and prev.content_hash == digest and prev.kb_id == article.kb_id and key not in self.lost:
             self.unchanged.append(state)
             self.emit(ItemOutcome(key, "unchanged", kb_id=article.kb_id))
             return
@@ -394,7 +399,7 @@ class _Sync:
         if prev is None or prev.kb_id != article.kb_id:
             donor = self.by_body.get(body)
             reuse_from = donor if donor != key and donor in self.previous else None
-        what: What = "new" if prev is None else "changed"
+        what: What = "new" if prev is None or key in self.lost else "changed"
         self.pending.append(_Pending(key, article, state, what, body, reuse_from))
         if len(self.pending) >= self.runner.batch_articles:
             self.flush()

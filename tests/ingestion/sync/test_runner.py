@@ -114,6 +114,16 @@ def test_a_moved_file_keeps_its_vectors(engine: Engine, folder: Path) -> None:
     assert hits[0].kb_id == "archive/p0.md"
 
 
+def test_an_article_deleted_by_hand_is_stored_again(engine: Engine, folder: Path) -> None:
+    runner = SyncRunner(engine)
+    source = engine.settings.sources[0]
+    runner.sync(source)
+    engine.delete(["howto/p0.md"])
+    report = runner.sync(source)
+    assert counts(report)["new"] == 1 and counts(report)["unchanged"] == 7 and report.chunks_embedded > 0
+    assert "howto/p0.md" in engine.article_store.indexed_ids()
+
+
 def test_include_exclude_and_metadata_and_allowed(tmp_path: Path, folder: Path) -> None:
     (folder / "howto" / "draft.md").write_text("# Draft\n\nNot ready.\n")
     source = SourceConfig(
