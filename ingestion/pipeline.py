@@ -708,6 +708,11 @@ class Ingestor:
         """The article's language for search: its own ``lang``, else ``default_language``, else detected."""
         return article_language(article, self.default_language)
 
+    def embedded_chunks(self, articles: Sequence[Article]) -> list[BaseNode]:
+        """These articles' chunks, embedded by this ingestor's model, written nowhere and recorded nowhere
+        (``ragidx reindex`` writes them into a new index while the old one answers)."""
+        return list(self.pipeline.run(documents=[self._document(a) for a in articles], show_progress=False))
+
     def _document(self, article: Article) -> Document:
         # The article's own metadata (product, version, its principals ...) goes onto every chunk, filterable;
         # the fields ragidx sets win over same-named ones. Only the title is embedded or shown to a model.

@@ -13,6 +13,7 @@
     ragidx eval answers (--kb PATH --questions FILE | --hotpotqa FILE) [--limit N] [--out FILE]
     ragidx runtime [status | native [--sdist FILE] [--force] | portable]
     ragidx serve [--host H] [--port N]
+    ragidx reindex [--drop-old] [--batch N]
     ragidx mcp [--http [--host H] [--port N]]
 
 Settings come from ``RAGIDX_*`` environment variables or ``ragidx.toml`` (see ``ragidx.config``);
@@ -474,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
+    from ragidx.reindex import add_reindex_command
     from ingestion.sync.cli import add_sync_commands
     from ragidx.integrations.mcp_command import add_mcp_command
     from ragidx.questions.commands import add_gaps_commands
@@ -593,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: serve.port, 8000)")
     p.add_argument("--flash", action="store_true", help=FLASH_HELP)
     p.set_defaults(func=cmd_serve)
+    add_reindex_command(sub)
     add_migrate_command(sub)
     add_mcp_command(sub)
     add_sync_commands(sub)
