@@ -1,6 +1,6 @@
-"""Syncs a folder source slowly, announcing each embedding call, so a test can SIGKILL it mid-sync.
+"""Syncs a folder (or website) source slowly, announcing each embedding call, so a test can SIGKILL it mid-sync.
 
-python -m tests.ingestion.sync.sync_worker DATA_DIR FOLDER [--articles URL]
+python -m tests.ingestion.sync.sync_worker DATA_DIR (FOLDER | START_URL) [--articles URL]
 
 Prints ``embedding N`` before each embedding call and, at the end, the report's JSON on one line
 (``report {...}``).
@@ -19,9 +19,15 @@ from ragidx.engine import Engine
 from tests.ingestion.crash_worker import AnnouncingEmbedding
 
 
-def engine_for(data_dir: Path, folder: Path, articles: str | None = None, embed: object | None = None) -> Engine:
-    """An engine over ``data_dir`` (and the ledger at ``articles``) with one folder source named ``docs``."""
-    source = SourceConfig(name="docs", kind="folder", path=folder)
+def engine_for(data_dir: Path, folder: Path | str, articles: str | None = None, embed: object | None = None) -> Engine:
+    """An engine over ``data_dir`` (and the ledger at ``articles``) with one source named ``docs``: the folder, or
+    the website of ``folder`` when it is an http:// URL (its sitemap, or crawled from it)."""
+    if str(folder).endswith("sitemap.xml"):
+        source = SourceConfig(name="docs", kind="website", sitemap=str(folder))
+    elif str(folder).startswith("http://"):
+        source = SourceConfig(name="docs", kind="website", url=str(folder))
+    else:
+        source = SourceConfig(name="docs", kind="folder", path=Path(folder))
     settings = Settings(
         data_dir=data_dir,
         sources=[source],
@@ -35,7 +41,7 @@ def engine_for(data_dir: Path, folder: Path, articles: str | None = None, embed:
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("data_dir", type=Path)
-    p.add_argument("folder", type=Path)
+    p.add_argument("folder")
     p.add_argument("--articles", default=None)
     args = p.parse_args()
     engine = engine_for(args.data_dir, args.folder, args.articles)

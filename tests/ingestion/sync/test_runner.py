@@ -308,7 +308,7 @@ def test_the_lock_holds_across_processes(tmp_path: Path, backend: str, request: 
         assert not SyncStateStore(ArticleStore(url)).is_running("other")
 
 
-def run_worker(data: Path, folder: Path, kill_after: int | None, *extra: str) -> str:
+def run_worker(data: Path, folder: Path | str, kill_after: int | None, *extra: str) -> str:
     """Run the sync worker; SIGKILL it after ``kill_after`` embedding calls. Returns its output."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.ingestion.sync.sync_worker", str(data), str(folder), *extra],
@@ -366,3 +366,36 @@ def test_a_sync_killed_with_sigkill_resumes_exactly(
 
     again = worker_report(run_worker(data, folder, None, *extra))
     assert (again["unchanged"], again["chunks_embedded"]) == (18, 0)
+
+
+@pytest.mark.slow
+def test_a_website_sync_killed_with_sigkill_resumes_exactly(tmp_path: Path) -> None:
+    from tests.ingestion.sync.site_server import serve_site
+    from tests.ingestion.sync.test_website import page
+
+    with serve_site(tmp_path / "site") as site:
+        site.root.mkdir()
+        for i in range(16):
+            body = " ".join(f"Sentence {j} of page {i} explains topic{i % 5} and step{j}." for j in range(3 + i % 9))
+            site.write(f"/docs/p{i}.html", page(f"Page {i}", f"<p>{body}</p>"))
+        urls = "".join(f"<url><loc>{site.url(f'/docs/p{i}.html')}</loc></url>" for i in range(16))
+        site.write("/sitemap.xml", f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>')
+        start = site.url("/sitemap.xml")
+        clean = tmp_path / "clean"
+        with engine_for(clean, start, embed=HashEmbedding(dim=32)) as engine:
+            assert SyncRunner(engine).sync(engine.settings.sources[0]).count("new") == 16
+        expected = chunk_rows(clean)
+
+        data = tmp_path / "killed"
+        run_worker(data, start, 3)
+        store = ArticleStore(data / "articles.sqlite")
+        saved = len(SyncStateStore(store).load("docs"))
+        indexed_chunks = sum(e.chunks for e in store.listing(limit=1000) if e.state == INDEXED)
+        assert saved < 16, "the sync finished before it was killed"
+
+        resumed = worker_report(run_worker(data, start, None))
+        outcome = (resumed["new"], resumed["unchanged"], resumed["deleted"], resumed["failed"])
+        assert outcome == (16 - saved, saved, 0, 0)
+        assert resumed["chunks_embedded"] == len(expected) - indexed_chunks
+        assert chunk_rows(data) == expected
+        assert store.count() == store.count(INDEXED) == 16
