@@ -263,9 +263,12 @@ class SyncStateStore:
             try:
                 yield
             finally:
-                with contextlib.suppress(Exception):
+                try:
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                     conn.commit()
+                except Exception:  # a connection that cannot say so is dropped, which ends its lock too
+                    with contextlib.suppress(Exception):
+                        conn.invalidate()
         finally:
             conn.close()
 
