@@ -73,7 +73,8 @@ DEFAULT_MIN_SIZE = 3
 # Words that say nothing about what is missing, whatever the cluster: question words and the generic verbs of
 # help requests (stop lists keep "how" and "can" but not these).
 _FILLER = frozenset(
-    "use using used way want need get make work works working possible able help please tell know find".split()
+    "use using used way want need get make work works working possible able help please tell know find much many "
+    "really also still".split()
 )
 _NORMAL = re.compile(r"[^\w]+", re.UNICODE)
 
@@ -111,7 +112,7 @@ class GapCluster:
         size: how many logged questions it holds (the same question asked twice counts twice).
         readers: how many distinct readers asked them ('' anonymous readers count as one).
         title: a suggested title for the missing article.
-        terms: the words most distinctive of it, best first.
+        terms: the words most distinctive of it, best first (as its questions spell them most often).
         questions: its most central questions, near-duplicates shown once, most central first.
         articles: the articles nearest to it (likely stale or incomplete), best first.
         outcomes: how many of its questions ended each way (``not_found``, ``declined``, ``downvoted`` ...).
@@ -219,7 +220,7 @@ class GapReport:
             if c.articles:
                 lines += ["", "Nearest articles (check whether they are stale or incomplete):", ""]
                 lines += [
-                    f"- {_md(a.title or a.kb_id)} (`{_md(a.kb_id)}`)" + (f", shown {a.shown}x" if a.shown else "")
+                    f"- {_md(a.title or a.kb_id)} ({_md(a.kb_id)})" + (f", shown {a.shown}x" if a.shown else "")
                     for a in c.articles
                 ]
             lines += ["", f"Per {self.bucket}: " + ", ".join(f"{s} {n}" for s, n in c.trend)]
@@ -342,8 +343,8 @@ def build_report(
         weights = [len(by_text[keys[i]]) for i in members]
         centre, order, cohesion = _centre(vectors, members, weights)
         questions = _representatives([texts[i] for i in order], vectors, order, representatives)
-        terms = tuple(top)
-        title = titler(terms, questions) if titler else _title(terms, [texts[i] for i in order])
+        terms = tuple(_spelling(t, [texts[i] for i in order]) for t in top)
+        title = titler(terms, questions) if titler else _title(terms, questions)
         clusters.append(
             GapCluster(
                 rank=rank,
@@ -479,13 +480,12 @@ def _ctfidf(docs: Sequence[Counter[str]], top: int) -> list[list[str]]:
 
 
 def _title(terms: Sequence[str], questions: Sequence[str]) -> str:
-    """A title from the distinctive terms, in the words the cluster's questions (most central first) use most
-    for each stem: ``"Licenses, cost and pricing"``. Falls back on the most central question."""
-    spelled = [_spelling(t, questions) for t in terms[:3]]
-    spelled = [s for s in spelled if s]
-    if not spelled:
+    """A title from the first three distinctive terms (as the questions spell them): ``"Licenses, cost and pay"``.
+    Falls back on the most central question."""
+    if not terms:
         return questions[0] if questions else ""
-    body = spelled[0] if len(spelled) == 1 else ", ".join(spelled[:-1]) + " and " + spelled[-1]
+    first = list(terms[:3])
+    body = first[0] if len(first) == 1 else ", ".join(first[:-1]) + " and " + first[-1]
     return body[:1].upper() + body[1:]
 
 
