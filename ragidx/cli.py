@@ -281,6 +281,11 @@ def _stream_answer(engine: Any, question: str, *, progress: bool, scope: dict[st
             answer = item
     if answer.not_found and progress and answer.not_found_reason:
         print(f"\n· not answered: {printable(answer.not_found_reason)}", file=sys.stderr, flush=True)
+    if progress:  # the rerank service failed: why, and the order the answer's articles are in
+        from ragidx.retrieval.rerank_fallback import fallback_of
+
+        if reranked_without := fallback_of(answer.articles):
+            print(f"\n· ranked without the rerank service: {printable(reranked_without)}", file=sys.stderr, flush=True)
     print()
     return answer
 

@@ -156,3 +156,16 @@ def _listening(server: subprocess.Popen[str]) -> str:
         if found:
             return found.group(1)
     raise AssertionError("ragidx serve did not start:\n" + "".join(seen[-30:]))
+
+
+def test_ask_with_the_rerank_service_down_answers_and_says_why(
+    tmp_path: Path, kb_file: Path, services: tuple[ModelServices, RerankServer]
+) -> None:
+    from tests.endpoints import dead_endpoint
+
+    env = services_env(*services)
+    assert ragidx(tmp_path, "ingest", str(kb_file), env=env).returncode == 0
+    env["RAGIDX_RERANK__API_BASE"] = down = dead_endpoint()
+    ask = ragidx(tmp_path, "ask", "How do I insert a table?", env=env)
+    assert ask.returncode == 0 and "Choose Table - Insert Table" in ask.stdout, ask.stderr[-2000:]
+    assert f"· ranked without the rerank service: the reranker at {down}/rerank could not be reached" in ask.stderr
