@@ -16,6 +16,9 @@ the source's ``mapping`` (:class:`ingestion.sync.config.DocumentMapping`):
   article, filterable like any metadata. Consecutive documents with the same key (a reader that splits a file by
   page) are one article, a section per document (with its ``page_label`` as the page, where there is one).
 
+A string argument written ``"${NAME}"`` (in ``reader_args`` or ``load_args``) is the environment variable
+``NAME``, read when the sync runs: tokens and passwords stay out of ``ragidx.toml``.
+
 ``include`` / ``exclude`` are globs over the key. A document without text is skipped. A reader that cannot be
 built or fails while loading stops the sync (:class:`~ingestion.sync.base.SourceUnavailable`): a half-read listing
 never deletes anything. A reader whose documents get new random ids on every load needs ``id_key``; without it,
@@ -34,6 +37,8 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
+import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -83,15 +88,16 @@ class LlamaIndexSource:
         """
         cls = load_reader_class(str(self.config.reader))
         what = f"source {self.config.name!r} ({self.config.reader})"
+        reader_args, load_args = _from_env(self.config.reader_args, what), _from_env(self.config.load_args, what)
         try:
-            reader = cls(**self.config.reader_args)
+            reader = cls(**reader_args)
         except Exception as exc:
             raise SourceUnavailable(f"{what}: the reader could not be built ({type(exc).__name__}: {exc})") from exc
         try:
             try:
-                loaded: Iterable[Any] = reader.lazy_load_data(**self.config.load_args)
+                loaded: Iterable[Any] = reader.lazy_load_data(**load_args)
             except NotImplementedError:
-                loaded = reader.load_data(**self.config.load_args)
+                loaded = reader.load_data(**load_args)
             yield from loaded
         except NotImplementedError as exc:
             raise SourceUnavailable(f"{what}: the reader loads nothing ({exc})") from exc
@@ -169,6 +175,31 @@ class LlamaIndexSource:
             content=content,
             metadata=metadata,
         )
+
+
+_ENV_VALUE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def _from_env(args: dict[str, Any], what: str) -> dict[str, Any]:
+    """``args`` with every string value ``"${NAME}"`` (also inside lists and tables) replaced by the environment
+    variable ``NAME``: secrets (a token, a database password) stay out of ragidx.toml.
+
+    Raises:
+        SourceUnavailable: a variable named is not set (the message names the variable, never a value).
+    """
+
+    def value(v: Any) -> Any:
+        if isinstance(v, str) and (match := _ENV_VALUE.match(v)):
+            if match[1] not in os.environ:
+                raise SourceUnavailable(f"{what}: the environment variable {match[1]} is not set; set it, sync again")
+            return os.environ[match[1]]
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        return v
+
+    return {k: value(v) for k, v in args.items()}
 
 
 def _principals(value: Any) -> Any:

@@ -71,9 +71,12 @@ def wiki_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield str(request.getfixturevalue("pg_url")).replace("postgresql://", "postgresql+psycopg://", 1)
 
 
-def test_a_wiki_in_a_database_synced_through_databasereader(tmp_path: Path, wiki_url: str) -> None:
+def test_a_wiki_in_a_database_synced_through_databasereader(
+    tmp_path: Path, wiki_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = make_wiki(wiki_url)
-    source = wiki_source(wiki_url)
+    monkeypatch.setenv("WIKI_DB_URL", wiki_url)  # the database's URL (its password) stays out of the settings
+    source = wiki_source("${WIKI_DB_URL}")
     with Engine(
         engine_for(tmp_path / "data", tmp_path).settings.model_copy(update={"sources": [source]}),
         embed_model=HashEmbedding(dim=32),
@@ -157,3 +160,17 @@ def test_a_reader_that_is_not_installed_says_what_to_install() -> None:
         load_reader_class("llama_index.readers.confluence.ConfluenceReader")
     with pytest.raises(SourceUnavailable, match="has no class 'Nope'"):
         load_reader_class("sqlite3.Nope")
+
+
+def test_a_variable_that_is_not_set_stops_the_sync_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WIKI_DB_URL", raising=False)
+    reader = LlamaIndexSource(
+        SourceConfig(
+            name="wiki",
+            kind="llamaindex",
+            reader="llama_index.readers.database.DatabaseReader",
+            reader_args={"uri": "${WIKI_DB_URL}"},
+        )
+    )
+    with pytest.raises(SourceUnavailable, match="the environment variable WIKI_DB_URL is not set"):
+        list(reader.scan({}))
