@@ -340,7 +340,7 @@ class _Sync:
         except Exception as exc:  # the source as a whole failed: nothing it did not say is gone is deleted
             self.report.status = FAILED
             self.report.error = _reason(exc, self.config.name)
-            logger.warning("sync of %s stopped: %s", self.config.name, self.report.error)
+            logger.info("sync of %s stopped: %s", self.config.name, self.report.error)  # the caller reports it
             logger.debug("sync of %s stopped", self.config.name, exc_info=True)
         self.flush()
         self.save_unchanged()

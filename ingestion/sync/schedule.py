@@ -131,7 +131,10 @@ class SyncScheduler:
             try:
                 report = self.runner.sync(config)
                 self.last[name] = report
-                logger.info("scheduled sync of %s: %s", name, report.as_dict(items=False))
+                if report.status == "failed":
+                    logger.warning("scheduled sync of %s failed: %s", name, report.error)
+                else:
+                    logger.info("scheduled sync of %s: %s", name, report.as_dict(items=False))
             except Exception:
                 logger.exception("scheduled sync of %s failed", name)
             finally:
