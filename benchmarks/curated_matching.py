@@ -85,6 +85,7 @@ def main() -> int:
     tune = [r for r in rows if r["split"] == "tune"]
     confirm = [r for r in rows if r["split"] == "confirm"]
     holdout = [r for r in rows if r["split"] == "holdout"]
+    holdout2 = [r for r in rows if r["split"] == "holdout2"]
 
     if args.sweep:
         guard = curated_module.same_intent
@@ -121,6 +122,7 @@ def main() -> int:
         "tune": measure(answers, tune, ids),
         "confirm": measure(answers, confirm, ids),
         "holdout": measure(answers, holdout, ids),
+        "holdout2": measure(answers, holdout2, ids),
         "all": measure(answers, rows, ids),
         "pinned_to_gap": {
             "paraphrases": gap_paraphrases,

@@ -57,6 +57,7 @@ def test_the_intent_guard_tells_paraphrases_from_near_misses() -> None:
     assert not same_intent("How do I turn off spell checking?", "How do I turn on spell checking?")
     assert not same_intent("Why can't I print?", "How do I print?")  # negation
     assert minimal_pair("How do I change the default font size?", "How do I change the default font?")
+    assert minimal_pair("How do I insert an endnote?", "How do I insert a footnote?")  # one word for one
     assert not minimal_pair("How can I add a table of contents to my document?", TOC)
 
 
