@@ -72,24 +72,6 @@ stricter ``DEFAULT_PAIR_THRESHOLD`` for minimal pairs; 0.6 let two through); the
 19 and 2 of 18 near misses through (docs/guide/gaps.md, figures). Paraphrases that reword a question wholly ("make
 the document view bigger" for "increase the zoom level") fall under it: pin such phrasings too."""
 
-DEFAULT_PAIR_THRESHOLD",
-    "DEFAULT_THRESHOLD",
-    "CuratedAnswer",
-    "CuratedAnswers",
-    "CuratedCitation",
-    "CuratedEntry",
-    "curated_answers",
-    "curated_now",
-    "minimal_pair",
-    "same_intent",
-]
-
-DEFAULT_THRESHOLD = 0.65
-"""The cosine similarity (MiniLM) a question needs to one a curated answer is pinned to. Chosen for no false hit
-on the near misses of benchmarks/data/curated_questions.jsonl (with :func:`same_intent` and the stricter
-``DEFAULT_PAIR_THRESHOLD`` for minimal pairs): 0.6 let two through. Paraphrases that reword a question wholly
-("make the document view bigger" for "increase the zoom level") fall under it: pin such phrasings too."""
-
 DEFAULT_PAIR_THRESHOLD = 0.85
 """The similarity a question needs to a pinned one that it differs from in only a few words (:func:`minimal_pair`)."""
 
