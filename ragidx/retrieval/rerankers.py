@@ -104,10 +104,13 @@ def _offline(settings: Settings) -> BaseNodePostprocessor:
 
 def _cohere(settings: Settings) -> BaseNodePostprocessor:
     from ragidx.retrieval.cohere_reranker import CohereChunkReranker
+    from ragidx.retrieval.rerank_fallback import FallbackReranker
 
-    return CohereChunkReranker(
+    cohere = CohereChunkReranker(
         api_key=settings.cohere_api_key, model=settings.cohere_model, top_n=settings.rerank_top_n
     )
+    # A failing Cohere API falls back as a [rerank] service does: [rerank] fallback and cooldown_s.
+    return FallbackReranker(cohere, fallback=_fallback(settings), cooldown_s=settings.rerank.cooldown_s)
 
 
 def _cross_encoder(settings: Settings) -> BaseNodePostprocessor:
@@ -125,8 +128,12 @@ def _none(settings: Settings) -> None:
 def _endpoint(settings: Settings) -> BaseNodePostprocessor:
     from ragidx.retrieval.endpoint_reranker import endpoint_reranker
 
-    fallback = _offline(settings) if settings.rerank.fallback == "offline" else None
-    return endpoint_reranker(settings.rerank, top_n=settings.rerank_top_n, fallback=fallback)
+    return endpoint_reranker(settings.rerank, top_n=settings.rerank_top_n, fallback=_fallback(settings))
+
+
+def _fallback(settings: Settings) -> BaseNodePostprocessor | None:
+    """What ranks when a reranking service fails: the offline reranker, or None for the search order."""
+    return _offline(settings) if settings.rerank.fallback == "offline" else None
 
 
 for _name, _factory in (

@@ -126,3 +126,21 @@ def test_the_reason_is_not_in_the_json_the_model_reads() -> None:
 
     result = SearchResult((Article("a", "A", "u", "text", metadata={RERANK_FALLBACK: "down"}),), {})
     assert RERANK_FALLBACK not in result.to_json()
+
+
+def test_a_cohere_api_error_gives_the_offline_order() -> None:
+    from ragidx.retrieval.cohere_reranker import CohereChunkReranker
+
+    class Unavailable:
+        def rerank(self, **request: object) -> None:
+            raise ConnectionError("Service Unavailable")
+
+    cohere = CohereChunkReranker(client=Unavailable(), top_n=3)
+    out = FallbackReranker(cohere, fallback=OfflineChunkReranker(top_n=3)).postprocess_nodes(nodes(), query_str=QUERY)
+    assert [n.node.node_id for n in out] == [
+        n.node.node_id for n in OfflineChunkReranker(top_n=3).postprocess_nodes(nodes(), query_str=QUERY)
+    ]
+    assert out[0].node.metadata[RERANK_FALLBACK] == (
+        "the reranker CohereChunkReranker failed (ConnectionError: Service Unavailable); "
+        "the offline reranker's order is used"
+    )

@@ -16,6 +16,7 @@ from ragidx.engine import Engine
 from ragidx.retrieval.cohere_reranker import CohereChunkReranker
 from ragidx.retrieval.factory import build_chunk_reranker
 from ragidx.retrieval.offline_reranker import OfflineChunkReranker
+from ragidx.retrieval.rerank_fallback import FallbackReranker
 from ragidx.retrieval.rerankers import make_reranker, register_reranker, reranker_names, unregister_reranker
 from tests.fakes.hash_embedding import HashEmbedding
 
@@ -48,7 +49,8 @@ def test_the_built_in_names_make_their_rerankers() -> None:
     assert reranker_names() == ("offline", "cohere", "cross-encoder", "none", "endpoint")
     assert isinstance(build_chunk_reranker(Settings()), OfflineChunkReranker)
     cohere = build_chunk_reranker(Settings(reranker="cohere", cohere_api_key="k", rerank_top_n=4))
-    assert isinstance(cohere, CohereChunkReranker) and cohere.top_n == 4
+    assert isinstance(cohere, FallbackReranker) and isinstance(cohere.primary, CohereChunkReranker)
+    assert cohere.primary.top_n == 4 and isinstance(cohere.fallback, OfflineChunkReranker)
     assert build_chunk_reranker(Settings(reranker="none")) is None
 
 
