@@ -53,7 +53,7 @@ def test_a_completion_carries_the_citations_twice_in_the_text_and_in_the_extra_f
     assert content == CITED.text + "\n\nSources:\n[1] Creating a Table of Contents — https://help/toc"
     extra = body["ragidx"]
     assert extra["citations"] == [{"number": 1, "kb_id": "kb-toc", "title": "Creating a Table of Contents",
-                                   "url": "https://help/toc"}]  # fmt: skip
+                                   "url": "https://help/toc", "where": "", "quote": ""}]  # fmt: skip
     assert extra["sources"][0]["normalized_rank"] == 0.0 and extra["not_found"] is False
 
 
