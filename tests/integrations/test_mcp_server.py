@@ -7,6 +7,7 @@ embeddings and a scripted chat model (tests.dashboard.fakes)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import httpx
 import mcp_types as types
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -23,9 +26,10 @@ from mcp.shared.exceptions import MCPError
 
 from ragidx.config import ServerSettings, Settings
 from ragidx.engine import Engine
-from ragidx.integrations.mcp_server import ARTICLE_URI
+from ragidx.integrations.mcp_server import ARTICLE_URI, build_server
 from ragidx.integrations.mcp_settings import McpSettings
 from ragidx.server import create_app
+from ragidx.stores.access import allowed_of
 from tests.dashboard.fakes import make_engine
 from tests.server.helpers import running
 from tests.server.test_readers import (
@@ -33,11 +37,15 @@ from tests.server.test_readers import (
     ANN_KEY_ENV,
     HR_KEY,
     KB,
+    PROPERTY_KB,
+    PROPERTY_READERS,
     PUBLIC_KEY,
     QUESTION,
     READS,
     SECRETS,
+    WORDS,
     assert_hides,
+    matches,
     server_settings,
 )
 
@@ -286,3 +294,70 @@ def test_an_unknown_resource_and_a_bad_cursor_are_clear_errors(base_url: str) ->
     assert hidden == "no article 'hr-payroll' that you may read: check the id with search"
     assert unknown == f"unknown resource: write {ARTICLE_URI}KB_ID"
     assert cursor == "this cursor is not one this server gave"
+
+
+# --- property: any reader, any filters, any query: nothing past the reader, exactly what matches ---------------
+@pytest.fixture(scope="module")
+def property_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    settings = kb_settings(tmp_path_factory.mktemp("mcp-property"), mcp=McpSettings(page_size=4))
+    with make_engine(settings.model_copy(update={"top_k": 5})) as eng:
+        assert eng.ingest(PROPERTY_KB, source_name="kb").new == len(PROPERTY_KB)
+        yield eng
+
+
+@settings(max_examples=int(os.environ.get("RAGIDX_SERVE_READER_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    key=st.sampled_from(sorted(PROPERTY_READERS)),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    filters=st.fixed_dictionaries(
+        {},
+        optional={
+            "product": st.sampled_from(["writer", "calc", ["writer", "calc"]]),
+            "version": st.sampled_from([6, 7, 8, [6, 8]]),
+        },
+    ),
+    top_k=st.integers(1, 8),
+    wanted=st.lists(st.sampled_from([a.kb_id for a in PROPERTY_KB]), min_size=1, max_size=3),
+)
+def test_property_no_reader_ever_reads_past_itself_over_mcp(
+    property_engine: Engine, key: str, words: list[str], filters: dict[str, Any], top_k: int, wanted: list[str]
+) -> None:
+    reader = PROPERTY_READERS[key]
+    may = {a.kb_id for a in PROPERTY_KB if reader.may_read(allowed_of(a.metadata))}
+    readable = {a.kb_id for a in PROPERTY_KB if a.kb_id in may and matches(a, filters)}
+    server = build_server(property_engine, reader=lambda ctx: reader)
+
+    async def run() -> tuple[Any, Any, list[str], dict[str, bool]]:
+        async with Client(server) as client:
+            found = await client.call_tool("search", {"query": " ".join(words), "top_k": top_k, "filters": filters})
+            asked = await client.call_tool("ask", {"question": f"How do I {' '.join(words)}?", "filters": filters})
+            listed: list[str] = []
+            cursor = None
+            while True:
+                page = await client.list_resources(cursor=cursor)
+                listed += [r.name for r in page.resources]
+                if not (cursor := page.next_cursor):
+                    break
+            got = {k: not (await client.call_tool("get_article", {"kb_id": k})).is_error for k in wanted}
+            return found, asked, listed, got
+
+    found, asked, listed, got = asyncio.run(run())
+    ids = [a["kb_id"] for a in found.structured_content["articles"]]
+    assert set(ids) <= readable and len(ids) == min(top_k, len(readable))
+    assert {s["kb_id"] for s in asked.structured_content["sources"]} <= readable
+    assert {c["kb_id"] for c in asked.structured_content["citations"]} <= readable
+    assert listed == sorted(may)  # every article it may read, page by page, and no other
+    assert got == {k: k in may for k in wanted}
+
+
+def test_mcp_http_on_the_command_line_is_ragidx_serve_with_mcp_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragidx import server
+    from ragidx.cli import main
+
+    served: list[Settings] = []
+    monkeypatch.setattr(server, "serve", lambda settings, **kw: served.append(settings))
+    assert main(["--data-dir", str(tmp_path), "mcp", "--http", "--port", "8123"]) == 0
+    assert served[0].mcp.serve and served[0].serve.port == 8123 and served[0].serve.host == "127.0.0.1"
