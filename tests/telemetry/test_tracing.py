@@ -6,6 +6,7 @@ chat model (tests.dashboard.fakes)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -27,6 +28,7 @@ from ragidx import telemetry
 from ragidx.config import Settings
 from ragidx.engine import Engine
 from ragidx.telemetry.settings import TracingSettings
+from tests.agent.helpers import make_agent
 from tests.dashboard.fakes import make_engine
 from tests.server.test_readers import KB, QUESTION
 
@@ -215,3 +217,41 @@ def test_off_nothing_is_traced_and_the_sdk_is_never_imported(env: dict[str, str]
 def test_an_engine_does_not_switch_tracing_on_by_default(tmp_path: Path) -> None:
     engine = Engine(Settings(data_dir=tmp_path))
     assert not telemetry.enabled() and engine.settings.tracing.enabled is False
+
+
+def test_the_answer_check_is_a_span_holding_its_model_call(traced: InMemorySpanExporter) -> None:
+    agent, _ = make_agent(["YES", "Use Table > Insert Table [1]."], tool_mode="forced", plan="never", answer_check=0.5)
+
+    async def run() -> Any:
+        return await agent.run(question="How do I insert a table?")
+
+    answer = asyncio.run(run())
+    assert not answer.not_found
+    spans = list(traced.get_finished_spans())
+    check = next(s for s in spans if s.name == "ragidx.answer_check")
+    calls = [s for s in spans if s.name == "chat scripted"]
+    assert [parent_name(s, spans) for s in calls].count("ragidx.answer_check") == 1  # the check's one-token call
+    assert len(calls) == 2 and check.status.is_ok
+
+
+def test_a_turn_span_names_the_guards_that_fired_and_never_their_reasons(traced: InMemorySpanExporter) -> None:
+    from ragidx.agent.answer import Answer
+    from ragidx.stores.access import Principal
+
+    answer = Answer(
+        question="q", text="not found", not_found=True, not_found_reason="the articles do not answer it",
+        guards=[{"name": "ungrounded", "reason": "the reply names Acme Payroll, which no article holds"}],
+        answer_check=-1.7,
+    )  # fmt: skip
+
+    async def turn() -> Answer:
+        return answer
+
+    tracing = telemetry._tracing
+    assert tracing is not None
+    asyncio.run(tracing.traced_ask("q", Principal(), None, turn()))
+    [span] = traced.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert attrs["ragidx.guards_fired"] == ("ungrounded",) and attrs["ragidx.answer_check.log_odds"] == -1.7
+    assert [dict(e.attributes or {}) for e in span.events] == [{"name": "ungrounded"}]
+    assert "Acme" not in json.dumps([attrs, [dict(e.attributes or {}) for e in span.events]], default=str)
