@@ -98,6 +98,7 @@ _ALWAYS_DROP = ("a.headerlink", "a.hash-link", "a.anchor-link", "a.anchorjs-link
 """Heading permalinks ("¶", "#") of every theme: they would end up in the heading's text."""
 _GENERIC_MAIN = ("main", "[role=main]", "article")
 _HEADING = re.compile(r"^h[1-6]$")
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 _LIFT_DEPTH = 4
 _INLINE_MARKS = ["code", "tt", "kbd", "samp", "var", "em", "i", "strong", "b"]
 
@@ -162,7 +163,9 @@ def _theme_region(soup: Any, themes: tuple[Theme, ...]) -> Any:
 def _lift_anchors(region: Any) -> None:
     """Give a heading without an ``id`` the ``id`` of the nearest enclosing element it is the first heading of
     (DocBook's ``<div class="sect1" id="TUTORIAL-JOIN"><div class="titlepage"><div><h2>``), so its section can be
-    linked to; the HTML reader looks only at a heading's own and its parent's ``id``."""
+    linked to (the HTML reader looks only at a heading's own and its parent's ``id``); then drop the ids of the
+    elements that hold headings, which the HTML reader would otherwise match against the names of page widgets
+    (a section "PLPYTHON-SHARING" is no share button)."""
     for heading in region.find_all(_HEADING):
         for text in heading.find_all(string=re.compile("\u00a0")):
             text.replace_with(text.replace("\u00a0", " "))  # "2.6.&nbsp;Joins": the reader matches anchors by text
@@ -177,6 +180,9 @@ def _lift_anchors(region: Any) -> None:
                 if parent.find(_HEADING) is heading:
                     heading["id"] = parent["id"]
                 break
+    for section in region.find_all(id=True):
+        if section.name not in _HEADINGS and section.find(_HEADING) is not None:
+            del section["id"]  # lifted to its heading; an id like "PLPYTHON-SHARING" reads as a share widget
 
 
 def _select(soup: Any, selector: str) -> Any:

@@ -160,3 +160,12 @@ def test_the_trafilatura_extractor_can_be_chosen_for_every_page() -> None:
 def test_an_unknown_extractor_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown extractor 'readability': use one of auto, theme, trafilatura"):
         extract_sections(SPHINX, "readability")
+
+
+def test_a_section_whose_id_reads_like_a_widget_name_is_kept() -> None:
+    page = DOCBOOK.replace('id="TUTORIAL-JOIN"', 'id="PLPYTHON-SHARING"')  # the manual's "46.3. Sharing Data"
+
+    _, sections = extract_sections(page)
+
+    assert "Queries can access multiple tables at once." in text_of(sections)
+    assert anchors(sections)[0] == ("2.6. Joins Between Tables", "PLPYTHON-SHARING")
