@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import html as html_escape
+import importlib.util
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -140,6 +141,8 @@ def extract_sections(
         return _trafilatura_sections(soup, page_title)
     region = _theme_region(soup, themes)
     if region is None:
+        if importlib.util.find_spec("trafilatura") is None:  # without the 'sync' extra: the HTML reader's guess
+            return html_sections(str(soup))
         return _trafilatura_sections(soup, page_title)
     return html_sections(_page(page_title, str(region)))
 
@@ -190,8 +193,15 @@ def _select(soup: Any, selector: str) -> Any:
 
 
 def _trafilatura_sections(soup: Any, page_title: str) -> tuple[str, list[Section]]:
-    """trafilatura's main content of the page (its own boilerplate rules), read as HTML."""
-    import trafilatura
+    """trafilatura's main content of the page (its own boilerplate rules), read as HTML.
+
+    Raises:
+        RuntimeError: trafilatura is not installed (the message says how to install it).
+    """
+    try:
+        import trafilatura
+    except ImportError:
+        raise RuntimeError("the trafilatura extractor needs trafilatura: pip install 'ragidx[sync]'") from None
 
     main = trafilatura.extract(
         str(soup), output_format="html", include_tables=True, include_formatting=True, favor_recall=True

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import logging
 import tempfile
 import threading
@@ -185,6 +186,8 @@ class WebsiteReader:
                 f"source {config.name!r}: unknown extractor {self.options.extractor!r}; use one of "
                 f"{', '.join(EXTRACTORS)}"
             )
+        if self.options.extractor == "trafilatura" and importlib.util.find_spec("trafilatura") is None:
+            raise ValueError(f"source {config.name!r}: the trafilatura extractor needs pip install 'ragidx[sync]'")
         self.scope = Scope(tuple(config.include) or _default_includes(config), tuple(config.exclude))
         self._client = client
         self._gate = _HostGate()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from ingestion.readers import Section
@@ -169,3 +171,13 @@ def test_a_section_whose_id_reads_like_a_widget_name_is_kept() -> None:
 
     assert "Queries can access multiple tables at once." in text_of(sections)
     assert anchors(sections)[0] == ("2.6. Joins Between Tables", "PLPYTHON-SHARING")
+
+
+def test_without_trafilatura_a_page_of_no_theme_is_read_by_the_html_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # not installed (the 'sync' extra)
+
+    _, sections = extract_sections(BLOG)
+
+    assert "Version 2 is out." in text_of(sections)
+    with pytest.raises(RuntimeError, match=r"needs trafilatura: pip install 'ragidx\[sync\]'"):
+        extract_sections(BLOG, "trafilatura")
