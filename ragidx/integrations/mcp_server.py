@@ -190,13 +190,15 @@ def build_server(engine: Engine, *, reader: Reader, page_size: int | None = None
         )
 
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListResourcesResult:
-        who = reader(ctx)
         cursor = getattr(params, "cursor", None) if params is not None else None
         try:
             after = _decode_cursor(cursor) if cursor else None
         except ValueError:
             raise MCPError(code=types.INVALID_PARAMS, message="this cursor is not one this server gave") from None
-        articles, last = await asyncio.to_thread(_readable_page, engine, who, after, page)
+        try:
+            articles, last = await asyncio.to_thread(_readable_page, engine, reader(ctx), after, page)
+        except Exception as exc:  # its text may quote SQL or paths: an error id, the details in the log
+            raise MCPError(code=types.INTERNAL_ERROR, message=_failure_text(exc, engine, "listing failed")) from None
         return types.ListResourcesResult(
             resources=[_resource(a) for a in articles], next_cursor=_encode_cursor(last) if last else None
         )
@@ -214,12 +216,14 @@ def build_server(engine: Engine, *, reader: Reader, page_size: int | None = None
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        who = reader(ctx)
         uri = str(params.uri)
         if not uri.startswith(ARTICLE_URI) or len(uri) == len(ARTICLE_URI):
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown resource: write {ARTICLE_URI}KB_ID")
         kb_id = unquote(uri[len(ARTICLE_URI) :])
-        found = (await asyncio.to_thread(engine.article_store.get, [kb_id], principal=who)).get(kb_id)
+        try:
+            found = (await asyncio.to_thread(engine.article_store.get, [kb_id], principal=reader(ctx))).get(kb_id)
+        except Exception as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=_failure_text(exc, engine, "reading failed")) from None
         if found is None:
             raise MCPError(code=types.INVALID_PARAMS, message=_not_readable(kb_id))
         return types.ReadResourceResult(
@@ -393,7 +397,7 @@ def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[_text(message)], is_error=True)
 
 
-def _failure_text(exc: Exception, engine: Engine) -> str:
+def _failure_text(exc: Exception, engine: Engine, failed: str = "the tool failed") -> str:
     """What the caller reads when a tool failed: a busy queue's own words (written for callers), a refused
     reader's reason, else what failed and an error id; the exception goes to the log under that id (its text may
     quote SQL, paths, the reader or the tenant)."""
@@ -406,7 +410,7 @@ def _failure_text(exc: Exception, engine: Engine) -> str:
     elif isinstance(exc, LLMUnavailableError | LLMRequestError):
         what = "the model endpoint failed"
     else:
-        what = "the tool failed"
+        what = failed
     error_id = uuid.uuid4().hex[:12]
     logger.error("%s (error id %s)", what, error_id, exc_info=exc)
     return f"{what} (error id {error_id}): see the server log"

@@ -361,3 +361,30 @@ def test_mcp_http_on_the_command_line_is_ragidx_serve_with_mcp_on(
     monkeypatch.setattr(server, "serve", lambda settings, **kw: served.append(settings))
     assert main(["--data-dir", str(tmp_path), "mcp", "--http", "--port", "8123"]) == 0
     assert served[0].mcp.serve and served[0].serve.port == 8123 and served[0].serve.host == "127.0.0.1"
+
+
+def test_a_failing_store_is_an_error_id_never_its_text(
+    property_engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("SELECT content FROM articles WHERE tenant = 'acme' -- /srv/kb/articles.db")
+
+    monkeypatch.setattr(property_engine.article_store, "get", broken)
+    server = build_server(property_engine, reader=lambda ctx: PROPERTY_READERS["k-ann"])
+
+    async def run() -> list[str]:
+        texts = []
+        async with Client(server, mode="legacy") as client:  # the handshake era sends an error's own text
+            texts.append((await client.call_tool("get_article", {"kb_id": "a1"})).content[0].text)
+            for call in (client.list_resources(), client.read_resource(ARTICLE_URI + "a1")):
+                with pytest.raises(MCPError) as caught:
+                    await call
+                texts.append(caught.value.error.message)
+        return texts
+
+    tool, listing, reading = asyncio.run(run())
+    assert tool.startswith("the tool failed (error id ") and tool.endswith("): see the server log")
+    assert listing.startswith("listing failed (error id ") and reading.startswith("reading failed (error id ")
+    for text in (tool, listing, reading):
+        assert "SELECT" not in text and "acme" not in text and "/srv" not in text
+        assert text.split("error id ")[1][:12] in caplog.text  # the log holds the details under the same id
