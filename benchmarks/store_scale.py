@@ -192,7 +192,7 @@ def run_queries(
     filters = scoped_filters(narrow, principal)
     mask = mask_of(records, principal, source)
     k = settings.candidate_chunks
-    timings, recalls = [], []
+    timings, recalls, keyword_ms, dense_ms = [], [], [], []
     for n, (text, vec) in enumerate(zip(queries, query_vectors, strict=True)):
         q = VectorStoreQuery(
             query_str=text,
@@ -213,9 +213,14 @@ def run_queries(
         scores[~mask] = -np.inf
         top = np.argsort(-scores)[:k]
         dense = {f"c{i}": float(scores[i]) for i in top if np.isfinite(scores[i])}
+        started = time.perf_counter()
         keyword = store.query(
             VectorStoreQuery(query_str=text, similarity_top_k=k, mode=VectorStoreQueryMode.TEXT_SEARCH, filters=filters)
         )
+        keyword_ms.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        store.query(VectorStoreQuery(query_embedding=vec.tolist(), similarity_top_k=k, filters=filters))
+        dense_ms.append((time.perf_counter() - started) * 1000)
         exact = fuse(
             dense,
             dict(zip(keyword.ids or [], keyword.similarities or [], strict=True)),
@@ -229,6 +234,8 @@ def run_queries(
         "p50_ms": pct(timings, 0.5),
         "p95_ms": pct(timings, 0.95),
         "recall_at_10": round(statistics.mean(recalls), 4) if recalls else None,
+        "dense_p50_ms": pct(dense_ms[3:], 0.5),
+        "keyword_p50_ms": pct(keyword_ms[3:], 0.5),
     }
 
 
@@ -248,6 +255,7 @@ def main() -> int:
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--ef-construction", type=int, default=64)
     p.add_argument("--ef-search", type=int, default=100)
+    p.add_argument("--also-ef-search", type=int, action="append", default=[], help="postgres: time these too")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ragidx-store-scale"))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
@@ -290,6 +298,16 @@ def main() -> int:
         public = run_queries(store, records, vectors, queries, query_vectors, Principal(), None, settings)
         member = Principal(user="u1", groups=("g1",))
         filtered = run_queries(store, records, vectors, queries, query_vectors, member, "libreoffice_en", settings)
+        sweep = {}
+        for ef in args.also_ef_search:
+            store.hnsw = store.hnsw.model_copy(update={"ef_search": ef})
+            sweep[ef] = {
+                "public": run_queries(store, records, vectors, queries, query_vectors, Principal(), None, settings),
+                "filtered": run_queries(
+                    store, records, vectors, queries, query_vectors, member, "libreoffice_en", settings
+                ),
+            }
+            print(json.dumps({"ef_search": ef, **sweep[ef]}), file=sys.stderr, flush=True)
 
         articles = sorted({r["kb_id"] for r in records})
         gone = random.Random(args.seed + 2).sample(articles, max(1, len(articles) // 100))
@@ -327,6 +345,7 @@ def main() -> int:
             "index_build_s": round(index_s, 1),
             "hybrid_public": public,
             "hybrid_filtered": filtered,
+            "ef_search_sweep": sweep,
             "delete_1pct_s": round(delete_s, 2),
             "rewrite_1pct_s": round(rewrite_s, 1),
             "disk_mb": round(disk / 2**20),

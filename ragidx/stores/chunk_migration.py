@@ -70,7 +70,11 @@ def _stores(settings: Settings, url: str | None) -> tuple[Any, Any]:
             "ragidx migrate needs the PostgreSQL database: set article_store_url (RAGIDX_ARTICLE_STORE_URL="
             "postgresql://USER:PASSWORD@HOST:5432/DB) or give --url"
         )
-    lance = LanceDBChunkStore(uri=settings.lancedb_uri, table_name=settings.collection, tenant=None)
+    from ragidx.stores.active_table import active_table
+
+    # the table that answers for the collection (``ragidx reindex`` may have switched it)
+    table = active_table(settings.lancedb_uri, settings.collection)
+    lance = LanceDBChunkStore(uri=settings.lancedb_uri, table_name=table, tenant=None)
     postgres = PostgresChunkStore(url=url, collection=settings.collection, tenant=None, hnsw=settings.pgvector)
     return lance, postgres
 

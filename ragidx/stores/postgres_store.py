@@ -4,8 +4,10 @@ already holds the articles and the ingest ledger (``article_store_url``), shared
 One table per collection (``ragidx_chunks_<collection>``): a chunk's text, title, url, language, tenant, its
 own and its article's metadata, the permissions (``allowed`` text[], ``public``), the vector (``vector(dim)``,
 an HNSW index with cosine distance once the table holds ``index_min_rows`` chunks; below that every search is
-exact) and a ``tsvector`` of its search terms (GIN). Beside it, the document frequency of every term and the
-table's size (for BM25) and the declared type of every filterable metadata field.
+exact), its search terms (the distinct terms and their counts, and a ``tsvector`` of them for a GIN index).
+Beside it, the document frequency of every term and the table's size (for BM25) and the declared type of every
+filterable metadata field. A keyword search finds the chunks holding a query term by the GIN index and scores
+each from its term counts (``array_position``), no row expanded into its terms.
 
 It ranks exactly as :class:`~ragidx.stores.lancedb_store.LanceDBChunkStore` does, so an index moved between the
 two (``ragidx migrate``) answers the same:
@@ -48,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import queue
 import re
 import threading
@@ -114,8 +117,6 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_TERM_BYTES = 40
 """Lance's full-text index drops tokens of 40 bytes or more (``max_token_length``): so does this store."""
-MAX_POSITION = 16383
-"""The last position a tsvector records (PostgreSQL's limit)."""
 POOL_SIZE = 8
 _KINDS: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -169,15 +170,9 @@ def index_terms(title: str | None, text: str | None, language: str | None) -> li
     return [t for t in found if len(t.encode()) < MAX_TERM_BYTES]
 
 
-def tsvector_literal(chunk_terms: Sequence[str]) -> str:
-    """The tsvector of ``chunk_terms`` with their positions (a term's count is its number of positions)."""
-    positions: dict[str, list[int]] = {}
-    for n, term in enumerate(chunk_terms, start=1):
-        positions.setdefault(term, []).append(min(n, MAX_POSITION))
-    return " ".join(
-        "'" + t.replace("\\", "\\\\").replace("'", "''") + "':" + ",".join(map(str, sorted(set(p))))
-        for t, p in positions.items()
-    )
+def tsvector_literal(lexemes: Sequence[str]) -> str:
+    """The tsvector of these (distinct) terms, without positions: what the GIN index finds a chunk by."""
+    return " ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in lexemes)
 
 
 def tsquery_literal(query_terms: Sequence[str]) -> str:
@@ -313,7 +308,7 @@ class PostgresChunkStore(BasePydanticVectorStore):
             "tenant text NOT NULL, metadata_json text NOT NULL, "
             f"{ARTICLE_METADATA_COLUMN} text NOT NULL, meta jsonb NOT NULL, {ALLOWED} text[], "
             f"{PUBLIC} boolean NOT NULL, embedding vector({int(dim)}) NOT NULL, terms_len int NOT NULL, "
-            "tsv tsvector NOT NULL)"
+            "lexemes text[] NOT NULL, tfs int[] NOT NULL, tsv tsvector NOT NULL)"
         )
         conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_kb ON {t} (tenant, kb_id)")
         conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_tsv ON {t} USING gin (tsv)")
@@ -414,7 +409,7 @@ class PostgresChunkStore(BasePydanticVectorStore):
         df: Counter[str] = Counter()
         length = 0
         languages = sorted({r["language"] for r in rows if r["language"]})
-        columns = (*COLUMNS, "meta", ALLOWED, PUBLIC, "embedding", "terms_len", "tsv")
+        columns = (*COLUMNS, "meta", ALLOWED, PUBLIC, "embedding", "terms_len", "lexemes", "tfs", "tsv")
         with conn.cursor() as cur, cur.copy(f"COPY {self.table} ({', '.join(columns)}) FROM STDIN") as copy:
             for r in rows:
                 meta = {}
@@ -425,7 +420,8 @@ class PostgresChunkStore(BasePydanticVectorStore):
                         if coerced is not None:
                             meta[name[len(META_PREFIX) :]] = coerced
                 chunk_terms = r["terms"]
-                df.update(set(chunk_terms))
+                counts = Counter(chunk_terms)
+                df.update(counts.keys())
                 length += len(chunk_terms)
                 copy.write_row(
                     (
@@ -435,7 +431,9 @@ class PostgresChunkStore(BasePydanticVectorStore):
                         r[PUBLIC],
                         vector_literal(r["vector"]),
                         len(chunk_terms),
-                        tsvector_literal(chunk_terms),
+                        list(counts),
+                        list(counts.values()),
+                        tsvector_literal(list(counts)),
                     )
                 )
         self._count_terms(conn, df, len(rows), length, languages)
@@ -462,7 +460,7 @@ class PostgresChunkStore(BasePydanticVectorStore):
         tenant_params: list[Any] = []
         tenant = self._tenant_sql(tenant_params)
         gone = conn.execute(
-            f"DELETE FROM {self.table} WHERE ({where}) AND {tenant} RETURNING tsvector_to_array(tsv), terms_len",
+            f"DELETE FROM {self.table} WHERE ({where}) AND {tenant} RETURNING lexemes, terms_len",
             [*params, *tenant_params],
         ).fetchall()
         if gone:
@@ -740,24 +738,36 @@ class PostgresChunkStore(BasePydanticVectorStore):
         if not query_terms:  # only stop words: nothing to match
             return [], []
         t = self.table
+        stats = conn.execute(f"SELECT docs, length FROM {INDEXES_TABLE} WHERE name = %s", (t,)).fetchone()
+        if stats is None or not stats[0]:
+            return [], []
+        docs, avgdl = float(stats[0]), float(stats[1]) / float(stats[0])
+        df = dict(
+            conn.execute(
+                f"SELECT term, df FROM {t}_terms WHERE term = ANY(%s::text[]) AND df > 0 ORDER BY term",
+                (list(dict.fromkeys(query_terms)),),
+            ).fetchall()
+        )
+        if not df:  # no chunk holds any of the terms
+            return [], []
+        present = sorted(df)
+        idf = [math.log((docs - df[w] + 0.5) / (df[w] + 0.5) + 1.0) for w in present]
+        # a term's count in the chunk: its place among the chunk's distinct terms, then the count at that place
+        counts = ", ".join(
+            f"coalesce(c.tfs[array_position(c.lexemes, %s::text)], 0)::float8 AS tf{i}" for i in range(len(present))
+        )
+        score = " + ".join(f"%s::float8 * x.tf{i} * {BM25_K1 + 1} / (x.tf{i} + x.norm)" for i in range(len(present)))
         sql = f"""
-            WITH stats AS (SELECT docs::float8 AS docs, length::float8 / greatest(docs, 1) AS avgdl
-                           FROM {INDEXES_TABLE} WHERE name = %s),
-            q AS (SELECT w.term, ln((s.docs - w.df + 0.5) / (w.df + 0.5) + 1) AS idf
-                  FROM {t}_terms w CROSS JOIN stats s WHERE w.term = ANY(%s::text[]) AND w.df > 0),
-            hits AS (SELECT id, tsv, terms_len FROM {t} WHERE tsv @@ %s::tsquery AND {where}),
-            scored AS (
-                SELECT h.id, sum(q.idf * cardinality(u.positions) * {BM25_K1 + 1}
-                                 / (cardinality(u.positions)
-                                    + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * h.terms_len / s.avgdl))) AS score
-                FROM hits h CROSS JOIN LATERAL unnest(h.tsv) u JOIN q ON q.term = u.lexeme CROSS JOIN stats s
-                GROUP BY h.id ORDER BY score DESC, h.id LIMIT %s)
+            WITH scored AS (
+                SELECT c.id, ({score}) AS score
+                FROM {t} c CROSS JOIN LATERAL (
+                    SELECT {counts}, {BM25_K1} * ({1 - BM25_B} + {BM25_B} * c.terms_len / %s::float8) AS norm) x
+                WHERE c.tsv @@ %s::tsquery AND {where}
+                ORDER BY score DESC, c.id LIMIT %s)
             SELECT {", ".join(f"c.{c}" for c in COLUMNS)}, scored.score
             FROM scored JOIN {t} c ON c.id = scored.id ORDER BY scored.score DESC, c.id
         """
-        found = conn.execute(
-            sql, [self.table, list(dict.fromkeys(query_terms)), tsquery_literal(query_terms), *params, k]
-        ).fetchall()
+        found = conn.execute(sql, [*idf, *present, avgdl, tsquery_literal(present), *params, k]).fetchall()
         rows = [dict(zip(COLUMNS, r[:-1], strict=True)) for r in found]
         return rows, [float(r[-1]) for r in found]
 

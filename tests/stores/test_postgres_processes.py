@@ -67,9 +67,9 @@ def assert_statistics_exact(url: str) -> None:
         ).fetchone()  # type: ignore[misc]
         assert (docs, length) == conn.execute(f"SELECT count(*), sum(terms_len) FROM {store.table}").fetchone()
         wrong = conn.execute(
-            f"SELECT count(*) FROM (SELECT lexeme, count(*) AS n FROM {store.table}, unnest(tsv) GROUP BY lexeme) "
-            f"real FULL JOIN (SELECT * FROM {store.table}_terms WHERE df > 0) kept ON kept.term = real.lexeme "
-            "WHERE real.n IS DISTINCT FROM kept.df"
+            f"SELECT count(*) FROM (SELECT term, count(*) AS n FROM {store.table}, unnest(lexemes) AS term "
+            f"GROUP BY term) real FULL JOIN (SELECT * FROM {store.table}_terms WHERE df > 0) kept "
+            "ON kept.term = real.term WHERE real.n IS DISTINCT FROM kept.df"
         ).fetchone()
         assert wrong == (0,)
 
