@@ -239,9 +239,13 @@ def test_the_article_is_the_main_content_with_its_sections_anchors(site: Site) -
     assert article.metadata["format"] == "html"
 
 
-def test_a_linked_pdf_is_read_by_the_pdf_reader_with_its_pages(site: Site) -> None:
+def test_linked_pdf_and_word_files_are_read_by_their_readers_and_other_files_skipped(site: Site) -> None:
     site.write("/docs/guide.pdf", (FIXTURES / "guide.pdf").read_bytes())
-    site.write("/docs/index.html", page("Docs", '<a href="guide.pdf">The guide (PDF)</a> <a href="logo.png">Logo</a>'))
+    site.write("/docs/guide.docx", (FIXTURES / "guide.docx").read_bytes())
+    site.write("/docs/archive", b"PK\x03\x04 not a page")  # no suffix: its Content-Type decides
+    links = '<a href="guide.pdf">PDF</a> <a href="guide.docx">Word</a> <a href="logo.png">Logo</a>'
+    links += ' <a href="archive">Zip</a>'
+    site.write("/docs/index.html", page("Docs", links))
 
     events = scan(site)
 
@@ -250,8 +254,16 @@ def test_a_linked_pdf_is_read_by_the_pdf_reader_with_its_pages(site: Site) -> No
     assert pdf.article.metadata["format"] == "pdf"
     assert pdf.article.url == site.url("/docs/guide.pdf")
     assert any(s.get("page") for s in pdf.article.metadata[SECTIONS])
-    assert isinstance(events[site.url("/docs/logo.png")], Skipped)
+    docx = events[site.url("/docs/guide.docx")]
+    assert isinstance(docx, Fetched) and docx.article.metadata["format"] == "docx"
+    assert any(s.get("heading_path") for s in docx.article.metadata[SECTIONS])
+    assert events[site.url("/docs/logo.png")] == Skipped(
+        site.url("/docs/logo.png"), "not a page or a document (.png file)"
+    )
     assert "/docs/logo.png" not in site.paths()
+    assert events[site.url("/docs/archive")] == Skipped(
+        site.url("/docs/archive"), "content type application/octet-stream"
+    )
 
 
 # --- failures never delete --------------------------------------------------------------------------------------
