@@ -90,6 +90,12 @@ def settings_reference_markdown() -> str:
             toml_table="dashboard",
         )
     )
+    from ragidx.providers.embedding_endpoint import EmbeddingEndpoint
+
+    parts.append("### `[embedding]`: embeddings from a service (`EmbeddingEndpoint`)\n")
+    parts.append(_paragraph(EmbeddingEndpoint) + "See [Embeddings as a service](models/embeddings.md).\n")
+    fields = list(EmbeddingEndpoint.model_fields)
+    parts.append(_table(EmbeddingEndpoint, fields, env_prefix="RAGIDX_EMBEDDING__", toml_table="embedding"))
     return "\n".join(parts)
 
 

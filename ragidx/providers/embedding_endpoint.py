@@ -70,7 +70,7 @@ MAX_BACKOFF_S = 20.0
 
 
 class EmbeddingEndpoint(BaseModel):
-    """The ``[embedding]`` table: an embedding model reached over HTTP.
+    """An embedding model reached over HTTP, in place of the bundled ones.
 
     Example:
         >>> EmbeddingEndpoint(model="text-embedding-3-small").kind
