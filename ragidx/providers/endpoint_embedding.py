@@ -224,6 +224,12 @@ class EndpointEmbedding(BaseEmbedding):
                     f"the embedding service at {self._where()} returned {len(vectors)} vectors for {len(texts)} "
                     "texts: check that it serves an embedding model"
                 )
+            if any(not v or not isinstance(v[0], (int, float)) for v in vectors):
+                raise EmbeddingEndpointError(
+                    f"the embedding service at {self._where()} returned a vector per token, not one per text: "
+                    "start it with pooling (llama.cpp's server: --pooling mean, or an embedding model whose GGUF "
+                    "names its pooling)"
+                )
             return vectors
 
     def _build_request(self) -> Request:

@@ -197,3 +197,12 @@ def test_async_query_embedding(server: Server) -> None:
     emb = embedding(server, prefix="none")
 
     assert asyncio.run(emb.aget_query_embedding("abc")) == pytest.approx(unit(vector_of("abc")))
+
+
+def test_per_token_vectors_are_refused_with_the_fix(server: Server) -> None:
+    per_token = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [[0.1, 0.2], [0.3, 0.4]]}]}
+    server.script = [(200, {}, per_token)]  # llama.cpp's server over a model without pooling answers so
+    emb = embedding(server, prefix="none")
+
+    with pytest.raises(EmbeddingEndpointError, match="a vector per token, not one per text.*--pooling mean"):
+        emb.get_query_embedding("abc")
