@@ -255,6 +255,7 @@ def main() -> int:
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--ef-construction", type=int, default=64)
     p.add_argument("--ef-search", type=int, default=100)
+    p.add_argument("--index-min-rows", type=int, default=20_000, help="postgres: chunks before the HNSW index")
     p.add_argument("--also-ef-search", type=int, action="append", default=[], help="postgres: time these too")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ragidx-store-scale"))
     p.add_argument("--seed", type=int, default=0)
@@ -275,7 +276,9 @@ def main() -> int:
 
         server = PostgresServer.start(fsync=True, extra=("-c shared_buffers=1GB", "-c maintenance_work_mem=2GB"))
         url = server.create_database("scale")
-        hnsw = PgvectorSettings(m=args.m, ef_construction=args.ef_construction, ef_search=args.ef_search)
+        hnsw = PgvectorSettings(
+            m=args.m, ef_construction=args.ef_construction, ef_search=args.ef_search, index_min_rows=args.index_min_rows
+        )
         store: Any = PostgresChunkStore(url=url, hnsw=hnsw)
         where = server.folder
     else:
