@@ -44,6 +44,9 @@ class ItemState:
         etag: The HTTP ``ETag`` as received, for ``If-None-Match``.
         last_modified: The HTTP ``Last-Modified`` as received, for ``If-Modified-Since``.
         lastmod: The sitemap ``<lastmod>``, or a file's ``mtime_ns`` as a string.
+        links: The URLs a crawled page links to: a crawl follows them when the page answers 304 (unchanged, no
+            body to read them from), so a page it links to that was never stored (a first sync killed half-way, a
+            page that failed) is still found.
     """
 
     key: str
@@ -52,6 +55,7 @@ class ItemState:
     etag: str | None = None
     last_modified: str | None = None
     lastmod: str | None = None
+    links: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, Connection, Float, MetaData, PrimaryKeyConstraint, Table, Text, select, text
+from sqlalchemy import Column, Connection, Float, MetaData, PrimaryKeyConstraint, Table, Text, inspect, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ingestion.sync.base import ItemState
@@ -83,6 +83,7 @@ class SyncStateStore:
             Column("etag", Text),
             Column("last_modified", Text),
             Column("lastmod", Text),
+            Column("links_json", Text),
             Column("updated_at", Float, nullable=False),
             PrimaryKeyConstraint("tenant", "source", "key", name=f"{base}_sync_items_pkey"),
         )
@@ -112,7 +113,13 @@ class SyncStateStore:
                     if self.article_store.is_postgres:  # CREATE TABLE IF NOT EXISTS races between processes
                         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("schema", "sync")})
                     self.items.metadata.create_all(conn, checkfirst=True)
+                    self._add_links_column(conn)
             self._created = True
+
+    def _add_links_column(self, conn: Connection) -> None:
+        """A table made before item states kept a page's links gains the column (empty: the next fetch fills it)."""
+        if "links_json" not in {c["name"] for c in inspect(conn).get_columns(self.items.name)}:
+            conn.execute(text(f'ALTER TABLE "{self.items.name}" ADD COLUMN links_json TEXT'))
 
     @contextlib.contextmanager
     def _connection(self, *, write: bool) -> Iterator[Connection]:
@@ -146,6 +153,7 @@ class SyncStateStore:
                 etag=r["etag"],
                 last_modified=r["last_modified"],
                 lastmod=r["lastmod"],
+                links=tuple(json.loads(r["links_json"])) if r["links_json"] else (),
             )
             for r in rows
         }
@@ -174,6 +182,7 @@ class SyncStateStore:
                 "etag": s.etag,
                 "last_modified": s.last_modified,
                 "lastmod": s.lastmod,
+                "links_json": json.dumps(list(s.links)) if s.links else None,
                 "updated_at": now,
             }
             for s in states

@@ -372,6 +372,7 @@ class WebsiteReader:
         """The event of a final (not redirecting) answer to ``url``."""
         status = response.status_code
         if status == 304 and stored is not None:
+            visit.links.extend(stored.links)  # no body to read them from: the links it had when last read
             return [
                 Unchanged(
                     url,
@@ -444,7 +445,8 @@ class WebsiteReader:
         article = self._article(key, title, sections, "html")
         if article is None:
             return [Skipped(key, "no text in its main content")]
-        return [Fetched(key, article, replace(state, key=key, kb_id=key, content_hash=sync_hash(article)))]
+        links = tuple(visit.links)  # kept with the page's state: a 304 later still leads the crawl to them
+        return [Fetched(key, article, replace(state, key=key, kb_id=key, content_hash=sync_hash(article), links=links))]
 
     def _document(self, body: bytes, url: str, suffix: str, state: ItemState) -> ScanEvent:
         """A linked file read by the reader of its suffix, from a temporary copy."""

@@ -323,3 +323,25 @@ def test_pages_over_the_size_limit_or_the_page_limit_are_skipped(site: Site) -> 
     big, c = events[site.url("/docs/big.html")], events[site.url("/docs/c.html")]
     assert isinstance(big, Skipped) and "over max size" in big.reason
     assert isinstance(c, Skipped) and "max_pages" in c.reason
+
+
+def test_a_page_linked_only_from_unchanged_pages_is_still_found(site: Site) -> None:
+    # a first sync killed after the hub was stored and before what it links to was: the hub now answers 304, so its
+    # links come from its stored state
+    site.etags = True
+    site.write("/docs/index.html", page("Docs", '<a href="a.html">A</a> <a href="b.html">B</a>'))
+    site.write("/docs/a.html", page("A", "<p>Text A.</p>"))
+    site.write("/docs/b.html", page("B", "<p>Text B.</p>"))
+    first = states(scan(site))
+    hub = site.url("/docs/index.html")
+    assert {site.url("/docs/a.html"), site.url("/docs/b.html")} <= set(first[hub].links)
+
+    site.requests.clear()
+    second = scan(site, {hub: first[hub]})  # only the hub was stored
+
+    assert kinds(second, site) == {
+        "/docs/index.html": "Unchanged",
+        "/docs/a.html": "Fetched",
+        "/docs/b.html": "Fetched",
+    }
+    assert second[hub].state.links == first[hub].links  # kept for the next 304
