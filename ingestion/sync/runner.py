@@ -55,6 +55,7 @@ from ingestion.sync.config import SourceConfig
 from ingestion.sync.kinds import ReaderContext, reader_for
 from ingestion.sync.reuse import ReusedEmbedding, stored_vectors
 from ingestion.sync.state import LastSync, SyncBusy, SyncStateStore
+from ragidx import telemetry
 from ragidx.article import Article
 from ragidx.stores.access import ALLOWED, InvalidPermissions, checked_permissions
 from ragidx.stores.article_store import INDEXED
@@ -254,16 +255,19 @@ class SyncRunner:
         """
         report = SyncReport(name=config.name, kind=config.kind, started_at=time.time())
         started = time.perf_counter()
-        try:
-            with self.states.lock(config.name):
-                try:
-                    _Sync(self, config, report, on_item).run(reader)
-                finally:
-                    report.seconds = time.perf_counter() - started
-                    self._record(config, report)
-        except SyncBusy as exc:
-            report.status, report.error = BUSY, str(exc)
-            report.seconds = time.perf_counter() - started
+        with telemetry.span("ragidx.sync", source=config.name, kind=config.kind) as traced:  # a no-op when off
+            try:
+                with self.states.lock(config.name):
+                    try:
+                        _Sync(self, config, report, on_item).run(reader)
+                    finally:
+                        report.seconds = time.perf_counter() - started
+                        self._record(config, report)
+            except SyncBusy as exc:
+                report.status, report.error = BUSY, str(exc)
+                report.seconds = time.perf_counter() - started
+            traced.set("ragidx.sync.status", report.status)
+            traced.counts(report.as_dict(items=False))
         logger.info("synced %s: %s", config.name, report.as_dict(items=False))
         return report
 

@@ -130,12 +130,20 @@ def test_ingest_runs_are_traced_with_their_counts(traced: InMemorySpanExporter, 
 
 
 def test_a_sync_run_is_a_span_around_its_ingests(traced: InMemorySpanExporter, tmp_path: Path) -> None:
-    with make_engine(kb_settings(tmp_path)) as engine, telemetry.span("ragidx.sync", source="docs") as run:
-        report = engine.ingest(KB, source_name="docs")
-        run.counts({"new": report.new, "kind": "folder"})
+    from ingestion.sync.config import SourceConfig
+    from ingestion.sync.runner import SyncRunner
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n, article in enumerate(KB[:3]):
+        (folder / f"page{n}.md").write_text(f"# {article.title}\n\n{article.content}\n", encoding="utf-8")
+    with make_engine(kb_settings(tmp_path / "data")) as engine:
+        report = SyncRunner(engine).sync(SourceConfig(name="docs", kind="folder", path=str(folder)))
+    assert report.count("new") == 3
     spans = list(traced.get_finished_spans())
-    sync = next(s for s in spans if s.name == "ragidx.sync")
-    assert dict(sync.attributes or {}) == {"ragidx.sync.source": "docs", "ragidx.sync.new": len(KB)}
+    sync = dict(next(s for s in spans if s.name == "ragidx.sync").attributes or {})
+    assert sync["ragidx.sync.source"] == "docs" and sync["ragidx.sync.kind"] == "folder"
+    assert sync["ragidx.sync.new"] == 3 and sync["ragidx.sync.deleted"] == 0 and sync["ragidx.sync.status"] == "ok"
     assert parent_name(next(s for s in spans if s.name == "ragidx.ingest"), spans) == "ragidx.sync"
 
 
