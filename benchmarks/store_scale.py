@@ -1,7 +1,7 @@
 """The chunk stores at scale, LanceDB and PostgreSQL (pgvector) on the same chunks. One JSON line per run.
 
     python benchmarks/store_scale.py --store lancedb|postgres [--chunks 100000] [--real-chunks 3000]
-        [--queries 100] [--m 16] [--ef-construction 64] [--ef-search 100] [--work-dir DIR]
+        [--queries 100] [--m 32] [--ef-construction 128] [--ef-search 400] [--work-dir DIR]
 
 Store level, as the retriever calls the store (``VectorStoreQuery`` in hybrid mode, ``candidate_chunks`` = 100 from
 each side, the shipped fusion and alpha), no model in the timed part. The chunks: ``--real-chunks`` windows of
@@ -252,9 +252,9 @@ def main() -> int:
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--real-chunks", type=int, default=3000)
     p.add_argument("--queries", type=int, default=100)
-    p.add_argument("--m", type=int, default=16)
-    p.add_argument("--ef-construction", type=int, default=64)
-    p.add_argument("--ef-search", type=int, default=100)
+    p.add_argument("--m", type=int, default=32)
+    p.add_argument("--ef-construction", type=int, default=128)
+    p.add_argument("--ef-search", type=int, default=400)
     p.add_argument("--index-min-rows", type=int, default=20_000, help="postgres: chunks before the HNSW index")
     p.add_argument("--also-ef-search", type=int, action="append", default=[], help="postgres: time these too")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ragidx-store-scale"))
