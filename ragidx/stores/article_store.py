@@ -64,6 +64,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    literal,
     select,
     text,
     tuple_,
@@ -700,7 +701,7 @@ class ArticleStore:
         while True:
             stmt = select(t).order_by(t.c.tenant, t.c.kb_id).limit(batch_size)
             if after is not None:
-                stmt = stmt.where(tuple_(t.c.tenant, t.c.kb_id) > tuple_(*after))
+                stmt = stmt.where(tuple_(t.c.tenant, t.c.kb_id) > tuple_(literal(after[0]), literal(after[1])))
             rows = self._read("exporting articles", functools.partial(_mappings, stmt))
             if not rows:
                 return
