@@ -480,10 +480,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     from ingestion.formats import document_formats, document_suffixes  # read now: a registered reader is listed
-    from ragidx.reindex import add_reindex_command
     from ingestion.sync.cli import add_sync_commands
     from ragidx.integrations.mcp_command import add_mcp_command
     from ragidx.questions.commands import add_gaps_commands
+    from ragidx.reindex import add_reindex_command
     from ragidx.stores.chunk_migration import add_migrate_command
 
     p = sub.add_parser(

@@ -42,10 +42,10 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from ingestion.sync.config import SourceList
 from ragidx.integrations.mcp_settings import McpSettings
 from ragidx.providers.embedding_endpoint import EmbeddingEndpoint
 from ragidx.questions.settings import QuestionLogSettings
-from ingestion.sync.config import SourceList
 from ragidx.retrieval.rerank_endpoint import RerankEndpoint
 from ragidx.stores.postgres_settings import PgvectorSettings
 from ragidx.telemetry.settings import TracingSettings
@@ -890,7 +890,7 @@ class Settings(BaseSettings):
     )
     serve: ServerSettings = Field(default_factory=ServerSettings, description="`ragidx serve`, the HTTP server.")
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings, description="The Streamlit dashboard.")
-    mcp: McpSettings = Field(default_factory=McpSettings, description="`ragidx mcp`, the Model Context Protocol server.")
+    mcp: McpSettings = Field(default_factory=McpSettings, description="`ragidx mcp`, the MCP server.")
     tracing: TracingSettings = Field(default_factory=TracingSettings, description="OpenTelemetry traces.")
     questions: QuestionLogSettings = Field(default_factory=QuestionLogSettings, description="The question log.")
     sources: SourceList = Field(default_factory=list, description="[[sources]] kept in sync by `ragidx sync`.")

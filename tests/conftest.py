@@ -132,4 +132,3 @@ def pgvector_url(postgres_server: PostgresServer, pg_url: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return pg_url
-

@@ -61,8 +61,8 @@ from ragidx.engine import Engine
 from ragidx.providers.chat import LLMRequestError, LLMUnavailableError
 from ragidx.providers.local_llm import LocalModelError
 from ragidx.providers.model_queue import EngineBusyError
-from ragidx.questions.recorder import Turn, recorder_for
 from ragidx.questions.gaps_routes import router as gaps_router
+from ragidx.questions.recorder import Turn, recorder_for
 from ragidx.questions.routes import router as questions_router
 from ragidx.server.openai_format import (
     CHAT_READER_FIELDS,
