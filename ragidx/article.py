@@ -37,6 +37,12 @@ the article's link to that place (``file.pdf#page=12``, ``page.html#anchor``).""
 RERANK_FALLBACK = "rerank_fallback"
 """Metadata key of why a search's chunks were ranked without its rerank service (it timed out, refused, failed)
 and which order was used instead (``ragidx.retrieval.rerank_fallback``); left out of the JSON a model reads."""
+COMPRESSED_VERBATIM = "compressed_verbatim"
+"""Metadata of an article the context budget compressed: True when its shown text is made of the article's own
+sentences (extracted or cut), False when a model rewrote it (an LLM summary); a citation quotes only the article's
+own words."""
+UNSHOWN_KEYS = (SECTIONS, RERANK_FALLBACK, COMPRESSED_VERBATIM)
+"""Metadata kept on an article for citations and the answer's report, left out of the JSON a model reads."""
 SEE_ABOVE = "see_above"
 """An article repeated in a later search result is written as ``{"kb_id", "title", "url", "see_above": true}``
 (its full copy is shown earlier); in a ``SearchResult`` it is an article whose metadata has this key."""
@@ -212,9 +218,9 @@ def _article_json(article: Article) -> dict[str, Any]:
     if article.metadata.get(SEE_ABOVE):
         return {"kb_id": article.kb_id, "title": article.title, "url": article.url, SEE_ABOVE: True}
     data = article.to_dict()
-    if SECTIONS in data["metadata"] or RERANK_FALLBACK in data["metadata"]:  # for citations and the answer's
-        # report: tokens for nothing in a prompt
-        data["metadata"] = {k: v for k, v in data["metadata"].items() if k not in (SECTIONS, RERANK_FALLBACK)}
+    if any(k in data["metadata"] for k in UNSHOWN_KEYS):  # for citations and the answer's report: tokens for
+        # nothing in a prompt
+        data["metadata"] = {k: v for k, v in data["metadata"].items() if k not in UNSHOWN_KEYS}
     return data
 
 

@@ -25,7 +25,15 @@ from typing import Any
 
 from ragidx.agent.answer import Citation
 from ragidx.agent.text_fragments import with_text_fragment
-from ragidx.article import LOCATION, SECTIONS, Article, as_articles, describe_location, location_url
+from ragidx.article import (
+    COMPRESSED_VERBATIM,
+    LOCATION,
+    SECTIONS,
+    Article,
+    as_articles,
+    describe_location,
+    location_url,
+)
 from ragidx.budget.extractive import ELLIPSIS
 from ragidx.safety.injection import FLAGS_KEY, shown_title, shown_url
 from ragidx.sentences import split_units
@@ -323,9 +331,11 @@ MIN_QUOTE_WORDS = 3
 def passage_quote(source: Article, span: tuple[int, int] | None) -> str:
     """The supporting sentence ``span`` of ``source`` as a verbatim quote of the article: where the text shown was
     compressed or cut ("…" marks the cut), the longest uncut piece; '' for an article whose instruction-like text
-    was replaced (its shown text is not the article's) or a piece under ``MIN_QUOTE_WORDS`` words."""
-    if span is None or source.metadata.get(FLAGS_KEY):
-        return ""
+    was replaced or that a model summarized (its shown text is not the article's: ``compressed_verbatim`` false),
+    or a piece under ``MIN_QUOTE_WORDS`` words."""
+    meta = source.metadata
+    if span is None or meta.get(FLAGS_KEY) or (meta.get("compressed") and not meta.get(COMPRESSED_VERBATIM)):
+        return ""  # not the article's own words: replaced as instruction-like, or rewritten by a model
     text = source.content[span[0] : span[1]]
     if ELLIPSIS in text:
         text = max((p.strip() for p in text.split(ELLIPSIS)), key=len)

@@ -71,6 +71,9 @@ class TruncateCompressor:
         'truncate'
     """
 
+    verbatim = True
+    """Its text is the article's own sentences (a citation may quote it)."""
+
     name = "truncate"
 
     def __init__(self, token_counter: TokenCounter | None = None) -> None:

@@ -67,6 +67,9 @@ class ExtractiveCompressor:
         'extractive'
     """
 
+    verbatim = True
+    """Its text is the article's own sentences (a citation may quote it)."""
+
     name = "extractive"
 
     def __init__(

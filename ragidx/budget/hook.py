@@ -163,7 +163,15 @@ class ContextBudget:
         name = getattr(self.compressor, "name", type(self.compressor).__name__)
         fallback = self.fallback_context_window
         run = BudgetRun(
-            messages, results, render, tools, self.accountant, limits, fallback_context_window=fallback, compressor=name
+            messages,
+            results,
+            render,
+            tools,
+            self.accountant,
+            limits,
+            fallback_context_window=fallback,
+            compressor=name,
+            verbatim_compression=getattr(self.compressor, "verbatim", False),
         )
         if question is None:
             question = message_text(messages[run.q_idx]) if run.q_idx < len(messages) else ""

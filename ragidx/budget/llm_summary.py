@@ -63,6 +63,9 @@ class LLMSummaryCompressor:
         'llm_summary'
     """
 
+    verbatim = False
+    """Its text is a model's summary, not the article's words (a citation does not quote it)."""
+
     name = "llm_summary"
 
     def __init__(

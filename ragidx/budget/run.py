@@ -28,7 +28,15 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from ragidx.article import ARTICLE_RANK, NORMALIZED_RANK, RERANK_SCORE, SEE_ABOVE, Article, SearchResult
+from ragidx.article import (
+    ARTICLE_RANK,
+    COMPRESSED_VERBATIM,
+    NORMALIZED_RANK,
+    RERANK_SCORE,
+    SEE_ABOVE,
+    Article,
+    SearchResult,
+)
 from ragidx.budget.accounting import PromptAccountant
 from ragidx.budget.allocation import WindowLimits, adaptive_min_tokens, allocate_article_budgets, suggest_article_cap
 from ragidx.budget.messages import call_id, current_turn_start, group_spans
@@ -93,9 +101,12 @@ class ArticleTable:
     .. 1.0 worst, a lone article 0.0) and ``article_rank`` (0, 1, ...) on a new ``Article``.
     """
 
-    def __init__(self, results: Mapping[str, SearchResult], tokens: TokenCounter) -> None:
+    def __init__(
+        self, results: Mapping[str, SearchResult], tokens: TokenCounter, *, verbatim_compression: bool = True
+    ) -> None:
         self.originals = dict(results)
         self.tokens = tokens
+        self.verbatim_compression = verbatim_compression
         self.slots: dict[str, list[_Slot]] = {}
         best: dict[str, tuple[float, float, Article, int]] = {}  # in order of first appearance
         for c, (call, result) in enumerate(self.originals.items()):
@@ -168,6 +179,8 @@ class ArticleTable:
     def _shown(self, e: Entry) -> Article:
         if e.status in ("compressed", "truncated"):
             meta = {**e.article.metadata, "compressed": True, "original_tokens": e.raw_tokens, "tokens": e.tokens}
+            # whether every sentence shown is the article's own (cut, extracted), which a citation may quote
+            meta[COMPRESSED_VERBATIM] = e.status == "truncated" or self.verbatim_compression
             return replace(e.article, content=e.content, metadata=meta)
         return replace(e.article, content=e.content)
 
@@ -237,8 +250,10 @@ class BudgetRun:
         *,
         fallback_context_window: int | None = None,
         compressor: str = "",
+        verbatim_compression: bool = True,
     ) -> None:
         self.render, self.tools, self.acc, self.tokens = render, tools, accountant, accountant.tokens
+        self.verbatim_compression = verbatim_compression
         self.limits, self.fallback_context_window = limits, fallback_context_window
         self.started = time.perf_counter()
         self.removed: set[int] = set()
@@ -253,7 +268,9 @@ class BudgetRun:
         """Budget ``messages``; their search results with articles (by call id) make the article table."""
         self.messages, self.q_idx, self.results = list(messages), current_turn_start(messages), results
         live = [k for m in self.messages if (k := call_id(m)) and k in results and results[k].articles]
-        self.table = ArticleTable({k: results[k] for k in live}, self.tokens)
+        self.table = ArticleTable(
+            {k: results[k] for k in live}, self.tokens, verbatim_compression=self.verbatim_compression
+        )
 
     def fixed_tokens(self) -> int:
         """The prompt with no material (after ``send``): system messages, the question and what the renderer

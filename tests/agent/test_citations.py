@@ -316,3 +316,18 @@ def test_articles_as_dicts_are_still_read_with_a_deprecation_warning() -> None:
     with pytest.warns(DeprecationWarning):
         inp = GuardInput("q", "Use Table [1].", as_dicts)
     assert inp.sources == tuple(SOURCES)
+
+
+def test_a_quote_is_the_articles_own_words_never_a_models_summary() -> None:
+    text = "Backups run nightly. They are kept for 35 days in the vault."
+    whole = Article("ops", "Operations", "https://x/ops.html", text)
+    extracted = whole.with_metadata(compressed=True, compressed_verbatim=True)
+    summarized = dataclasses.replace(
+        whole, content="Backups are nightly and are kept 35 days.", metadata={"compressed": True}
+    ).with_metadata(compressed_verbatim=False)
+    for shown, quoted in ((whole, True), (extracted, True), (summarized, False)):
+        _, [cite], _ = resolve_citations("Backups are kept for 35 days [1].", [shown])
+        assert bool(cite.quote) is quoted, shown.metadata
+        assert (":~:text=" in cite.url) is quoted
+        if quoted:
+            assert cite.quote in text

@@ -101,8 +101,11 @@ def test_8k_scenario_fits_and_best_article_keeps_most() -> None:
     assert [a["kb_id"] for a in arts] == [f"kb{i}" for i in range(5)]  # order kept
     kept = [a["metadata"]["tokens"] for a in arts]
     assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1]
+    shown = {a.kb_id: a for a in result.articles}
     for a in arts:
         assert a["metadata"]["compressed"] is True
+        assert "compressed_verbatim" not in a["metadata"]  # for citations, not the model: no tokens in the prompt
+        assert shown[a["kb_id"]].metadata["compressed_verbatim"] is True  # extracted sentences: the article's words
         assert a["metadata"]["original_tokens"] == 1000  # the content's own tokens (the prompt is counted whole)
         assert ACC.tokens.count(a["content"]) == a["metadata"]["tokens"]
     meta = payload_of(result.messages[-1])["metadata"]
