@@ -68,6 +68,11 @@ def figures(block: Any) -> dict[str, str]:
     return dict(zip(table["figure"], table["value"], strict=True))
 
 
+def how_made(message: Any) -> Any:
+    """The answer's "How this answer was made" expander (after "Where the sources say it" when a citation quotes)."""
+    return next(e for e in message.expander if e.label == "How this answer was made")
+
+
 def shown_text(block: Any) -> list[str]:
     """Every text in words the block shows (markdown, captions, notes): what a person reads without the tables."""
     return [e.value for kind in ("markdown", "caption", "info", "warning", "error") for e in getattr(block, kind)]
@@ -83,8 +88,11 @@ def test_chat_answer_shows_its_sources_and_how_it_was_made_one_click_away(kb_dir
     sources = next(m.value for m in assistant.markdown if m.value.startswith("**Sources**"))
     assert f"[1] [{TOC}](https://help.libreoffice.org/" in sources
 
-    how = assistant.expander[0]
-    assert how.label == "How this answer was made" and not how.proto.expanded  # collapsed: one click away
+    where = assistant.expander[0]  # each cited sentence highlighted in its article, collapsed too
+    assert where.label == "Where the sources say it" and not where.proto.expanded
+    assert ":orange-background[" in where.markdown[0].value
+    how = how_made(assistant)
+    assert not how.proto.expanded  # collapsed: one click away
     words, exact = how.tabs
     said = words.markdown[0].value
     assert "The model was shown 5 articles and cited 2 of them" in said and TOC in said
@@ -163,7 +171,7 @@ def test_a_2k_window_from_the_tuning_page_compresses_articles(kb_dir: Path) -> N
     assert any("settings changed on the Tuning page" in c.value for c in at.sidebar.caption)
     ask(at, "How do I create, edit and format a table of contents or an index?")
     assert metrics(at)["Window (tokens)"] == "2,048"
-    said = at.chat_message[1].expander[0].tabs[0].markdown[0].value
+    said = how_made(at.chat_message[1]).tabs[0].markdown[0].value
     assert "2,048 tokens its window holds" in said and "before the budget" in said
     assert any(step in said for step in ("shortened to their passages", "left out to make room", "cut off"))
     gauge, tokens = charts(at)
@@ -195,7 +203,7 @@ def test_an_empty_knowledge_base_answers_not_found_without_citations(dashboard_e
     assert "could not find" in assistant.markdown[0].value
     assert "The knowledge base does not answer this: the search found no article." in [i.value for i in assistant.info]
     assert not any(m.value.startswith("**Sources**") for m in assistant.markdown)
-    assert "The search found no article for this question." in assistant.expander[0].tabs[0].markdown[0].value
+    assert "The search found no article for this question." in how_made(assistant).tabs[0].markdown[0].value
 
 
 def test_a_window_too_small_shows_the_engines_reason(kb_dir: Path) -> None:
@@ -244,7 +252,7 @@ def test_titles_ids_and_urls_from_the_kb_cannot_spoof_the_page_or_link_to_script
     assert "](javascript:" not in sources and "](data:" not in sources  # plain text, never a link
     assert "Page margins\\u202etxt.exe\\x1b\\[2J (evil\\x00id)" in sources
     assert not any(UNSAFE_CHARACTERS.search(v.replace("\n", "")) for v in shown)
-    said = assistant.expander[0].tabs[0].markdown[0].value
+    said = how_made(assistant).tabs[0].markdown[0].value
     assert "](https://evil.example" not in said  # a title in the plain words is text, never a link
     table = assistant.dataframe[0].value
     assert "Page margins\\u202etxt.exe\\x1b[2J" in list(table["Article"]) and "evil\\x00id" in list(table["Id"])
