@@ -184,10 +184,13 @@ def test_ask_in_chromium_and_see_a_cited_answer(app_url: str, tmp_path: Path) ->
             box.press("Enter")
 
             answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-            answer.get_by_text("Sources").wait_for()
+            answer.get_by_text("Sources", exact=True).wait_for()
             link = answer.get_by_role("link", name="Creating a Table of Contents").first
-            assert link.get_attribute("href", timeout=5_000).endswith("indices_toc.html")
-            how = answer.locator('[data-testid="stExpander"]')
+            href = link.get_attribute("href", timeout=5_000) or ""
+            assert href.split("#")[0].endswith("indices_toc.html") and "#:~:text=" in href  # opens at the passage
+            how = answer.locator('[data-testid="stExpander"]').filter(has_text="How this answer was made")
+            where = answer.locator('[data-testid="stExpander"]').filter(has_text="Where the sources say it")
+            assert where.count() == 1  # the cited sentences, highlighted in their articles, one click away
             said = answer.locator("li").filter(has_text="The model was shown")
             assert not said.is_visible()  # collapsed
             for raw in ("log-odds", "under_trigger", "rerank_score", "Path:"):
@@ -274,7 +277,7 @@ def test_a_cited_pdf_opens_in_chromium_at_the_page_that_holds_the_value(pdf_app_
             box.fill("What is the result of SUM('Column One')?")
             box.press("Enter")
             answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-            answer.get_by_text("Sources").wait_for()
+            answer.get_by_text("Sources", exact=True).wait_for()
             assert "p. 2" in answer.inner_text()  # the source line says the page
             link = answer.get_by_role("link", name="Calc and Writer guide").first
             assert link.get_attribute("href") == "documents/manuals/Calc%20guide.pdf#page=2"
