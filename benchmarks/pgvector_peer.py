@@ -1,5 +1,6 @@
 """LlamaIndex's ``PGVectorStore`` and ragidx's PostgreSQL store, each measured against LanceDB's ranking. One JSON line.
 
+    pip install llama-index-vector-stores-postgres   # LlamaIndex's store: not a dependency of ragidx
     python benchmarks/pgvector_peer.py [--chunks 3000] [--queries 100] [--k 10]
 
 The question it answers: could ``store = "postgres"`` be LlamaIndex's ``PGVectorStore``
