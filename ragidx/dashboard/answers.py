@@ -29,6 +29,7 @@ __all__ = [
     "budget_view",
     "citation_lines",
     "cited_passages",
+    "escape_markdown",
     "default_call",
     "exact_figures",
     "flash_reasons",
@@ -135,10 +136,24 @@ def cited_passages(answer: Answer) -> list[tuple[str, str]]:
     return out
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~:$])")
+"""Characters that make Markdown or a Streamlit directive (``:colour[...]``) out of plain text."""
+
+
+def escape_markdown(text: str) -> str:
+    """Plain text for ``st.markdown``: text from the knowledge base makes no links, emphasis, formulas or directives.
+
+    Example:
+        >>> escape_markdown("[x](javascript:1) *a* :red[b]")
+        '\\\\[x\\\\]\\\\(javascript\\\\:1\\\\) \\\\*a\\\\* \\\\:red\\\\[b\\\\]'
+    """
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
 def _escape_text(text: str) -> str:
-    """Article text for ``st.markdown`` inside a line: one line, its Markdown and Streamlit directive characters
-    escaped (links, emphasis, code, ``:colour[...]``), a list or heading marker at its start too."""
-    line = re.sub(r"([\\`*_{}\[\]()#|<>~:$])", r"\\\1", " ".join(printable(text).split()))
+    """Article text for ``st.markdown`` inside a line: one line (:func:`escape_markdown`), a list or heading marker at
+    its start escaped too."""
+    line = escape_markdown(" ".join(printable(text).split()))
     return re.sub(r"^(\d+)([.)])|^([-+>])", lambda m: f"{m[1]}\\{m[2]}" if m[1] else f"\\{m[3]}", line)
 
 

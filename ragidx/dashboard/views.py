@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from typing import Any, Literal
 
@@ -33,6 +32,7 @@ from ragidx.dashboard.answers import (
     citation_lines,
     cited_passages,
     default_call,
+    escape_markdown,
     exact_figures,
     flash_reasons,
     plain_reason,
@@ -443,20 +443,12 @@ def render_answer(answer: Answer, key: str) -> None:
     with st.expander("How this answer was made", expanded=False):
         words, figures = st.tabs(["In plain words", "Exact figures"])
         with words:
-            st.markdown("\n".join(f"- {_escape(line)}" for line in plain_summary(answer)))
+            st.markdown("\n".join(f"- {escape_markdown(line)}" for line in plain_summary(answer)))
             reasons = flash_reasons(answer)
             if reasons:
                 st.markdown("**Why the reranker kept them**\n\n" + "\n".join(f"- **{t}**: {r}" for t, r in reasons))
         with figures:
             _figures(answer, key)
-
-
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~$])")
-
-
-def _escape(text: str) -> str:
-    """Plain text for ``st.markdown``: titles from the knowledge base make no links, emphasis or formulas."""
-    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def _figures(answer: Answer, key: str) -> None:
