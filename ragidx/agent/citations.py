@@ -248,17 +248,6 @@ excerpt replaced it: ``ragidx.retrieval.flash.excerpts.EXCERPT_OF_CHARS``, instr
 the offsets of its ``sections`` do not hold there."""
 
 
-def supporting_offset(statements: Sequence[str], content: str) -> int | None:
-    """Where in ``content`` the sentence that supports ``statements`` starts (see :func:`supporting_span`).
-
-    Example:
-        >>> supporting_offset(["Backups are kept for 35 days."], "Backups run nightly. They are kept 35 days.")
-        21
-    """
-    span = supporting_span(statements, content)
-    return span[0] if span is not None else None
-
-
 def supporting_span(statements: Sequence[str], content: str) -> tuple[int, int] | None:
     """The ``[start, end)`` of the sentence (or line: a table row is one) of ``content`` that supports
     ``statements``: the one holding the largest share of a statement's words, each weighted by how rare it is
