@@ -1,7 +1,7 @@
 """The chunk stores at scale, LanceDB and PostgreSQL (pgvector) on the same chunks. One JSON line per run.
 
     python benchmarks/store_scale.py --store lancedb|postgres [--chunks 100000] [--real-chunks 3000]
-        [--queries 100] [--m 32] [--ef-construction 128] [--ef-search 400] [--work-dir DIR]
+        [--queries 100] [--m 32] [--ef-construction 128] [--ef-search 400] [--work-dir DIR] [--reuse]
 
 Store level, as the retriever calls the store (``VectorStoreQuery`` in hybrid mode, ``candidate_chunks`` = 100 from
 each side, the shipped fusion and alpha), no model in the timed part. The chunks: ``--real-chunks`` windows of
@@ -20,6 +20,11 @@ same fusion over an exact dense search, numpy brute force under the same predica
 keyword list), disk, memory (this process's peak RSS; PostgreSQL's server processes' RSS), and the time to
 delete 1 % of the articles and to write them back (what re-embedding 1 % costs the store, the model's time
 excluded). PostgreSQL runs as a throwaway server (``tests/postgres_server.py``, fsync on).
+
+``--reuse`` (LanceDB): keep the table in ``--work-dir`` between runs, and query the one a previous run built with the
+same ``--chunks``, ``--real-chunks`` and ``--seed`` instead of inserting and indexing again (``finalize`` still
+runs, so indexes a newer ragidx adds get built); the 1 % delete and rewrite are skipped so the table stays as built
+(their figures and the insert's are null when it was reused).
 """
 
 from __future__ import annotations
@@ -259,7 +264,10 @@ def main() -> int:
     p.add_argument("--also-ef-search", type=int, action="append", default=[], help="postgres: time these too")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ragidx-store-scale"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reuse", action="store_true", help="lancedb: keep the table and query it again next run")
     args = p.parse_args()
+    if args.reuse and args.store != "lancedb":
+        p.error("--reuse works with --store lancedb")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings(reranker="none")
 
@@ -269,6 +277,7 @@ def main() -> int:
     records, vectors = synthetic(args.chunks, sample, real_vectors, args.seed)
 
     server = None
+    reused = False
     if args.store == "postgres":
         from ragidx.stores.postgres_settings import PgvectorSettings
         from ragidx.stores.postgres_store import PostgresChunkStore
@@ -287,16 +296,24 @@ def main() -> int:
         from ragidx.stores.lancedb_store import LanceDBChunkStore
 
         where = args.work_dir / f"lancedb-{args.chunks}"
-        shutil.rmtree(where, ignore_errors=True)
+        built = where / "built.json"  # written once the table is complete: what it holds
+        recipe = {"chunks": args.chunks, "real_chunks": args.real_chunks, "seed": args.seed}
+        reused = args.reuse and built.exists() and json.loads(built.read_text()) == recipe
+        if not reused:
+            shutil.rmtree(where, ignore_errors=True)
         store = LanceDBChunkStore(uri=where)
     try:
-        started = time.perf_counter()
-        for start in range(0, args.chunks, BATCH):
-            store.add(nodes_of(records, vectors, start, min(args.chunks, start + BATCH)))
-        insert_s = time.perf_counter() - started
+        insert_s = None
+        if not reused:
+            started = time.perf_counter()
+            for start in range(0, args.chunks, BATCH):
+                store.add(nodes_of(records, vectors, start, min(args.chunks, start + BATCH)))
+            insert_s = time.perf_counter() - started
         started = time.perf_counter()
         store.finalize()
         index_s = time.perf_counter() - started
+        if args.reuse and not reused:
+            built.write_text(json.dumps(recipe))
 
         public = run_queries(store, records, vectors, queries, query_vectors, Principal(), None, settings)
         member = Principal(user="u1", groups=("g1",))
@@ -312,19 +329,21 @@ def main() -> int:
             }
             print(json.dumps({"ef_search": ef, **sweep[ef]}), file=sys.stderr, flush=True)
 
-        articles = sorted({r["kb_id"] for r in records})
-        gone = random.Random(args.seed + 2).sample(articles, max(1, len(articles) // 100))
-        gone_set = set(gone)
-        started = time.perf_counter()
-        store.delete_articles(gone)
-        delete_s = time.perf_counter() - started
-        again = [i for i, r in enumerate(records) if r["kb_id"] in gone_set]
-        started = time.perf_counter()
-        for start in range(0, len(again), BATCH):
-            part = again[start : start + BATCH]
-            store.add([nodes_of(records, vectors, i, i + 1)[0] for i in part])
-        store.finalize()
-        rewrite_s = time.perf_counter() - started
+        delete_s = rewrite_s = None
+        if not args.reuse:  # a kept table stays as built
+            articles = sorted({r["kb_id"] for r in records})
+            gone = random.Random(args.seed + 2).sample(articles, max(1, len(articles) // 100))
+            gone_set = set(gone)
+            started = time.perf_counter()
+            store.delete_articles(gone)
+            delete_s = time.perf_counter() - started
+            again = [i for i, r in enumerate(records) if r["kb_id"] in gone_set]
+            started = time.perf_counter()
+            for start in range(0, len(again), BATCH):
+                part = again[start : start + BATCH]
+                store.add([nodes_of(records, vectors, i, i + 1)[0] for i in part])
+            store.finalize()
+            rewrite_s = time.perf_counter() - started
         if server is not None:
             disk = int(
                 server.execute(
@@ -344,13 +363,14 @@ def main() -> int:
             "hnsw": {"m": args.m, "ef_construction": args.ef_construction, "ef_search": args.ef_search}
             if args.store == "postgres"
             else {"index": "IVF_HNSW_SQ", "nprobes": store.nprobes, "refine_factor": store.refine_factor},
-            "insert_chunks_per_s": round(args.chunks / insert_s),
+            "reused_table": reused,
+            "insert_chunks_per_s": round(args.chunks / insert_s) if insert_s else None,
             "index_build_s": round(index_s, 1),
             "hybrid_public": public,
             "hybrid_filtered": filtered,
             "ef_search_sweep": sweep,
-            "delete_1pct_s": round(delete_s, 2),
-            "rewrite_1pct_s": round(rewrite_s, 1),
+            "delete_1pct_s": None if delete_s is None else round(delete_s, 2),
+            "rewrite_1pct_s": None if rewrite_s is None else round(rewrite_s, 1),
             "disk_mb": round(disk / 2**20),
             "process_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "postgres_rss_mb": server_rss,
