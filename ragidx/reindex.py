@@ -28,10 +28,10 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ragidx.config import Settings
 from ragidx.stores.active_table import active_table, previous_tables, switch_table
@@ -96,15 +96,22 @@ def reindex(
         embed_model: the model to embed with (None: the one ``settings`` configure).
 
     Raises:
-        ValueError: the store is not LanceDB, or the index is already this model's (nothing to do).
+        ValueError: the store is Weaviate, or the index is already this model's (nothing to do), or (PostgreSQL)
+            another reindex of the collection is running.
     """
     from ragidx.stores.factory import build_article_store
     from ragidx.stores.lancedb_store import LanceDBChunkStore
 
+    if settings.store == "postgres":
+        from ragidx.reindex_postgres import reindex_postgres
+
+        return reindex_postgres(
+            settings, drop_old=drop_old, batch_articles=batch_articles, progress=progress, embed_model=embed_model
+        )
     if settings.store != "lancedb":
         raise ValueError(
-            f"ragidx reindex moves LanceDB indexes; with store={settings.store!r} ingest into a new collection "
-            "with the new model and point collection at it"
+            f"ragidx reindex moves LanceDB and PostgreSQL indexes; with store={settings.store!r} ingest into a new "
+            "collection with the new model and point collection at it"
         )
     started = time.perf_counter()
     uri, collection = settings.lancedb_uri, settings.collection
@@ -132,7 +139,15 @@ def reindex(
             table = f"{collection}_r{hashlib.sha1(f'{identity}{time.time()}'.encode()).hexdigest()[:8]}"
             state.start(identity, table, old_table)
             report.table = table
-        _embed_all(settings, articles, model, table, report, batch_articles=batch_articles, progress=progress)
+        _embed_all(
+            settings,
+            articles,
+            model,
+            lambda tenant: LanceDBChunkStore(uri, table_name=table, tenant=tenant),
+            report,
+            batch_articles=batch_articles,
+            progress=progress,
+        )
         LanceDBChunkStore(uri, table_name=table, tenant=None).finalize()
         switch_table(uri, collection, table, model=identity)
         report.switched = True
@@ -165,22 +180,41 @@ def _configured_model(settings: Settings, articles: ArticleStore) -> BaseEmbeddi
     return build_embed_model(settings)
 
 
+class Recorded(Protocol):
+    """Where a run keeps, per tenant, the content hash each article was embedded from (PostgreSQL keeps it in the
+    database, so a resumed run embeds again only what changed while it was down)."""
+
+    def load(self, tenant: str) -> dict[str, str]: ...
+    def save(self, tenant: str, hashes: dict[str, str]) -> None: ...
+    def forget(self, tenant: str, kb_ids: list[str]) -> None: ...
+
+
 def _embed_all(
     settings: Settings,
     articles: ArticleStore,
     model: BaseEmbedding,
-    table: str,
+    open_chunks: Callable[[str], Any],
     report: ReindexReport,
     *,
     batch_articles: int,
     progress: bool,
+    recorded: Recorded | None = None,
+    with_pending: bool = False,
 ) -> None:
-    """Every tenant's articles into ``table``."""
+    """Every tenant's articles into the chunk store ``open_chunks(tenant)`` opens (the new table).
+
+    Args:
+        recorded: the hashes embedded by earlier (killed) runs (None: this run's only, in memory).
+        with_pending: also the articles being indexed now (the last catch-up, while no one writes the old table).
+    """
     dim = len(model.get_query_embedding("dimension check"))
     for tenant in _tenants(articles):
         store = _scoped(settings, tenant)
         try:
-            _embed_tenant(settings, store, model, table, tenant, dim, report, batch_articles, progress)
+            chunks = open_chunks(tenant)
+            _embed_tenant(
+                settings, store, model, chunks, tenant, dim, report, batch_articles, progress, recorded, with_pending
+            )
         finally:
             store.close()
 
@@ -189,18 +223,18 @@ def _embed_tenant(
     settings: Settings,
     store: ArticleStore,
     model: BaseEmbedding,
-    table: str,
+    chunks: Any,
     tenant: str,
     dim: int,
     report: ReindexReport,
     batch_articles: int,
     progress: bool,
+    recorded: Recorded | None = None,
+    with_pending: bool = False,
 ) -> None:
-    """One tenant's articles into ``table``; then, until nothing changed, those written or deleted meanwhile."""
+    """One tenant's articles into ``chunks``; then, until nothing changed, those written or deleted meanwhile."""
     from ingestion.pipeline import Ingestor
-    from ragidx.stores.lancedb_store import LanceDBChunkStore
 
-    chunks = LanceDBChunkStore(settings.lancedb_uri, table_name=table, tenant=tenant)
     chunks.check_embedding(dim, model_identity(model))  # a new table records the model
     ingestor = Ingestor(
         chunks,
@@ -211,18 +245,26 @@ def _embed_tenant(
         tenant=tenant or None,
         default_language=settings.default_language,
     )
-    embedded: dict[str, str] = {}  # kb_id → the content hash its chunks were made from (this run)
+    # kb_id → the content hash its chunks were made from (this run; with ``recorded``, earlier runs' too)
+    embedded: dict[str, str] = recorded.load(tenant) if recorded is not None else {}
     bar = _bar(progress, tenant)
     for round_no in range(CATCH_UP_ROUNDS + 1):
         wanted = store.indexed_ids()
+        if with_pending:
+            wanted = sorted({*wanted, *store.pending_ids()})
         hashes = {k: h for k, (h, _) in store.states(wanted).items()}
         have = chunks.kb_ids()
-        if round_no == 0:
-            report.resumed += len(have & set(wanted))
-        todo = [k for k in wanted if k not in have or (k in embedded and embedded[k] != hashes.get(k))]
+        if recorded is None:
+            todo = [k for k in wanted if k not in have or (k in embedded and embedded[k] != hashes.get(k))]
+        else:  # an article whose hash was not recorded (killed between the write and the record) is embedded again
+            todo = [k for k in wanted if k not in have or embedded.get(k) != hashes.get(k)]
+        if round_no == 0 and not with_pending:
+            report.resumed += len((have & set(wanted)) - set(todo))
         gone = sorted(have - set(wanted))
         if gone:
             chunks.delete_articles(gone)
+            if recorded is not None:
+                recorded.forget(tenant, gone)
             report.deleted += len(gone)
         if not todo:
             break
@@ -235,7 +277,10 @@ def _embed_tenant(
             nodes = ingestor.embedded_chunks(found)
             chunks.delete_articles([a.kb_id for a in found if a.kb_id in have or a.kb_id in embedded])
             chunks.add(nodes)
-            embedded.update({a.kb_id: hashes.get(a.kb_id, "") for a in found})
+            done = {a.kb_id: hashes.get(a.kb_id, "") for a in found}
+            embedded.update(done)
+            if recorded is not None:
+                recorded.save(tenant, done)
             report.articles += len(found)
             report.chunks += len(nodes)
             if bar is not None:

@@ -206,7 +206,19 @@ class EngineStores:
             with self._lock:
                 if self._chunk_store is None:
                     self._chunk_store = build_chunk_store(self.settings)
+                    follow = getattr(self._chunk_store, "follow_switch", None)
+                    if follow is not None:  # PostgreSQL: `ragidx reindex` in any process may switch its table
+                        follow(self._switched)
         return self._chunk_store
+
+    def _switched(self) -> None:
+        """``ragidx reindex`` pointed the index at a new table (another model's vectors): the next use builds the
+        chunk store and, unless one was given, the embedding model again; searches under way finish on the old."""
+        with self._lock:
+            self._chunk_store = None
+            if not self._embed_model_given:
+                self._embed_model = None
+        self._on_change()
 
     @property
     def article_store(self) -> ArticleStore:

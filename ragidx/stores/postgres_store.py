@@ -55,7 +55,7 @@ import queue
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -89,13 +89,14 @@ from ragidx.stores.lancedb_store import (
     _type_name,
     _with_meta_fields,
 )
+from ragidx.stores.postgres_pointer import POINTERS_TABLE, create_pointers, read_pointer
 from ragidx.stores.postgres_settings import PgvectorSettings
 from ragidx.terms import TERMS_FORMAT, terms
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresChunkStore", "chunk_table_name", "libpq_url"]
+__all__ = ["IndexSwitched", "PostgresChunkStore", "chunk_table_name", "libpq_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,11 +185,16 @@ def vector_literal(values: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
 
+class IndexSwitched(RuntimeError):
+    """``ragidx reindex`` pointed the collection at a table of another model's vectors while this store wrote
+    chunks of the old one: nothing was written (the articles stay pending; the next ingest indexes them)."""
+
+
 class PostgresChunkStore(BasePydanticVectorStore):
     """Chunks with embeddings and full text in one PostgreSQL table (pgvector).
 
     Example:
-        >>> PostgresChunkStore(url="postgresql://db/kb", collection="Articles").table
+        >>> PostgresChunkStore(url="postgresql://db/kb", collection="Articles").base_table  # connects lazily
         'ragidx_chunks_articles'
     """
 
@@ -204,11 +210,20 @@ class PostgresChunkStore(BasePydanticVectorStore):
         "tenant; None: every chunk (tools that work on the whole table).",
     )
     hnsw: PgvectorSettings = Field(default_factory=PgvectorSettings, description="HNSW index and search settings.")
+    table_name: str | None = Field(
+        default=None,
+        description="This table, whatever the collection's pointer says (``ragidx reindex`` writes its new table "
+        "so); None: the table the pointer names (the collection's own without one), read on first use.",
+    )
 
     _pool: queue.LifoQueue[Any] = PrivateAttr(default_factory=queue.LifoQueue)
     _lock: threading.RLock = PrivateAttr(default_factory=threading.RLock)
     _ready: bool = PrivateAttr(default=False)
     _model_name: str | None = PrivateAttr(default=None)
+    _active: str | None = PrivateAttr(default=None)
+    _local: threading.local = PrivateAttr(default_factory=threading.local)
+    _on_switch: Callable[[], None] | None = PrivateAttr(default=None)
+    _switched: bool = PrivateAttr(default=False)
 
     @classmethod
     def class_name(cls) -> str:
@@ -216,7 +231,35 @@ class PostgresChunkStore(BasePydanticVectorStore):
 
     @property
     def table(self) -> str:
+        """The table this store reads and writes: ``table_name``, else the one the collection's pointer names when
+        the store first connects (read here if it has not yet; kept for the store's life: a switch is followed by a
+        new store, see :meth:`follow_switch`), else the collection's own."""
+        chosen = getattr(self._local, "table", None) or self.table_name or self._active
+        if chosen is None:
+            self._ensure_schema()
+            chosen = self._active or self.base_table
+        return chosen
+
+    @property
+    def base_table(self) -> str:
+        """The collection's own table name, which keys its pointer row."""
         return chunk_table_name(self.collection)
+
+    def follow_switch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this store notices that ``ragidx reindex`` (in any process) pointed the collection
+        at another table: before a search (read in the statement that reads the table's statistics) or under a
+        write's lock. The store itself keeps its table (searches under way finish on it); the owner builds a new
+        store, and the embedding model of the new table's vectors, for what comes next."""
+        self._on_switch = callback
+
+    def _noticed(self, active: str | None) -> None:
+        """The pointer names ``active``: if that is another table than this store's, report the switch once."""
+        if self.table_name is not None or active is None or active == self.table or self._switched:
+            return
+        self._switched = True
+        logger.info("the collection %s now answers from %s (ragidx reindex)", self.collection, active)
+        if self._on_switch is not None:
+            self._on_switch()
 
     @property
     def client(self) -> Any:
@@ -286,6 +329,9 @@ class PostgresChunkStore(BasePydanticVectorStore):
                 "length bigint NOT NULL DEFAULT 0, languages text[] NOT NULL DEFAULT '{}', "
                 "created timestamptz NOT NULL DEFAULT now())"
             )
+            create_pointers(conn)
+            if self.table_name is None and self._active is None:
+                self._active = read_pointer(conn, chunk_table_name(self.collection)).active
         self._ready = True
 
     def _info(self, conn: psycopg.Connection[Any]) -> tuple[int, str | None, list[str]] | None:
@@ -296,9 +342,24 @@ class PostgresChunkStore(BasePydanticVectorStore):
         return None if row is None else (int(row[0]), row[1], list(row[2]))
 
     def _table_info(self) -> tuple[int, str | None, list[str]] | None:
+        """:meth:`_info`, and in the same statement the collection's pointer (a switch is noticed here)."""
         self._ensure_schema()
         with self._connection() as conn:
-            return self._info(conn)
+            row = conn.execute(
+                f"SELECT i.dim, i.embed_model, i.languages, (SELECT active FROM {POINTERS_TABLE} WHERE base = %s) "
+                f"FROM (SELECT 1) one LEFT JOIN {INDEXES_TABLE} i ON i.name = %s",
+                (self.base_table, self.table),
+            ).fetchone()
+        assert row is not None
+        self._noticed(row[3])
+        if row[0] is None:
+            if self._switched and self.table_name is None:  # switched, and this store's table dropped since
+                raise IndexSwitched(
+                    f"the collection {self.collection} was moved to another embedding model (ragidx reindex) and "
+                    "the index this process searched was removed: ask again"
+                )
+            return None
+        return (int(row[0]), row[1], list(row[2]))
 
     def _create_table(self, conn: psycopg.Connection[Any], dim: int) -> None:
         t = self.table
@@ -322,9 +383,27 @@ class PostgresChunkStore(BasePydanticVectorStore):
             (t, dim, self._model_name, TERMS_FORMAT),
         )
 
-    def _write_lock(self, conn: psycopg.Connection[Any]) -> None:
-        """Writers of this table, in every process, one after another (until the transaction ends)."""
+    def _write_lock(self, conn: psycopg.Connection[Any]) -> str | None:
+        """Writers of this table, in every process, one after another (until the transaction ends). Returns the
+        table the collection answers from now when ``ragidx reindex`` switched it away from this store's (whose
+        write lock the switch held: nothing is written to the old table after it), else None."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("chunks", self.table),))
+        if self.table_name is not None:
+            return None
+        active = read_pointer(conn, self.base_table).active
+        if active == self.table:
+            return None
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("chunks", active),))
+        return active
+
+    @contextmanager
+    def _on_table(self, table: str) -> Iterator[None]:
+        """This thread's reads and writes go to ``table`` for the block (a delete after a switch: both tables)."""
+        self._local.table = table
+        try:
+            yield
+        finally:
+            self._local.table = None
 
     def _fields(self, conn: psycopg.Connection[Any]) -> dict[str, str]:
         """Filter key → type name: the fixed fields, then each declared article metadata field."""
@@ -381,15 +460,22 @@ class PostgresChunkStore(BasePydanticVectorStore):
         dim = len(rows[0]["vector"])
         self._ensure_schema()
         with self._lock, self._connection() as conn:
-            self._write_lock(conn)
-            info = self._info(conn)
-            if info is None:
-                self._create_table(conn, dim)
-            elif info[0] != dim:
-                raise EmbeddingMismatch.between(self._where(), info[0], dim, elsewhere="a new collection")
-            fields = self._declare(conn, rows)
-            self._delete_where(conn, "id = ANY(%s)", [[r["id"] for r in rows]])
-            self._insert(conn, rows, fields)
+            moved = self._write_lock(conn)
+            if moved is None:
+                info = self._info(conn)
+                if info is None:
+                    self._create_table(conn, dim)
+                elif info[0] != dim:
+                    raise EmbeddingMismatch.between(self._where(), info[0], dim, elsewhere="a new collection")
+                fields = self._declare(conn, rows)
+                self._delete_where(conn, "id = ANY(%s)", [[r["id"] for r in rows]])
+                self._insert(conn, rows, fields)
+        if moved is not None:  # these vectors are the old table's model's: written nowhere
+            self._noticed(moved)
+            raise IndexSwitched(
+                f"the collection {self.collection} was moved to another embedding model (ragidx reindex) while these "
+                "articles were being indexed: nothing was written; ingest again (with the new model) to index them"
+            )
         return [r["id"] for r in rows]
 
     def _declare(self, conn: psycopg.Connection[Any], rows: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -478,8 +564,21 @@ class PostgresChunkStore(BasePydanticVectorStore):
         if not kb_ids or self._table_info() is None:
             return
         with self._lock, self._connection() as conn:
-            self._write_lock(conn)
-            self._delete_where(conn, "kb_id = ANY(%s)", [list(kb_ids)])
+            moved = self._write_lock(conn)
+            for table in self._written(conn, moved):
+                with self._on_table(table):
+                    self._delete_where(conn, "kb_id = ANY(%s)", [list(kb_ids)])
+        self._noticed(moved)
+
+    def _written(self, conn: psycopg.Connection[Any], moved: str | None) -> list[str]:
+        """The tables a delete or a metadata update applies to: this store's, and the one the collection answers
+        from now if ``ragidx reindex`` switched it (and it holds chunks)."""
+        tables = [self.table]
+        if moved is not None:
+            with self._on_table(moved):
+                if self._info(conn) is not None:
+                    tables.append(moved)
+        return tables
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -487,15 +586,18 @@ class PostgresChunkStore(BasePydanticVectorStore):
         if (not node_ids and filters is None) or self._table_info() is None:
             return
         with self._lock, self._connection() as conn:
-            self._write_lock(conn)
-            params: list[Any] = []
-            clauses = []
-            if node_ids:
-                clauses.append("id = ANY(%s)")
-                params.append(list(node_ids))
-            if filters is not None:
-                clauses.append(filters_to_pg(filters, self._fields(conn), params))
-            self._delete_where(conn, " AND ".join(f"({c})" for c in clauses), params)
+            moved = self._write_lock(conn)
+            for table in self._written(conn, moved):
+                with self._on_table(table):
+                    params: list[Any] = []
+                    clauses = []
+                    if node_ids:
+                        clauses.append("id = ANY(%s)")
+                        params.append(list(node_ids))
+                    if filters is not None:
+                        clauses.append(filters_to_pg(filters, self._fields(conn), params))
+                    self._delete_where(conn, " AND ".join(f"({c})" for c in clauses), params)
+        self._noticed(moved)
 
     def clear(self) -> None:
         """Drop the table with its statistics and declared fields (every tenant's)."""
@@ -514,37 +616,46 @@ class PostgresChunkStore(BasePydanticVectorStore):
             return {}
         updated: dict[str, int] = {}
         with self._lock, self._connection() as conn:
-            self._write_lock(conn)
-            rows = [{**_article_columns(meta), "kb_id": kb_id} for kb_id, meta in metadata.items()]
-            fields = self._declare(conn, rows)
-            for row in rows:
-                article = json.loads(row[ARTICLE_METADATA_COLUMN])
-                meta = {}
-                for name, value in row.items():
-                    if name.startswith(META_PREFIX):
-                        coerced = _coerce(value, _KINDS[fields[name[len(META_PREFIX) :]]])
-                        if coerced is not None:
-                            meta[name[len(META_PREFIX) :]] = coerced
-                params: list[Any] = [row["kb_id"]]
-                tenant = self._tenant_sql(params)
-                chunks = conn.execute(
-                    f"SELECT id, {ARTICLE_METADATA_COLUMN} FROM {self.table} WHERE kb_id = %s AND {tenant}", params
-                ).fetchall()
-                for chunk_id, old in chunks:
-                    place = {k: v for k, v in json.loads(old or "{}").items() if k in CHUNK_PLACE_KEYS}
-                    conn.execute(
-                        f"UPDATE {self.table} SET {ARTICLE_METADATA_COLUMN} = %s, meta = %s, {ALLOWED} = %s, "
-                        f"{PUBLIC} = %s WHERE id = %s",
-                        (
-                            json.dumps({**article, **place}, ensure_ascii=False),
-                            json.dumps(meta, ensure_ascii=False),
-                            row[ALLOWED],
-                            row[PUBLIC],
-                            chunk_id,
-                        ),
-                    )
-                updated[row["kb_id"]] = len(chunks)
+            moved = self._write_lock(conn)
+            for table in self._written(conn, moved):  # the last one answers: its counts are returned
+                with self._on_table(table):
+                    self._update_metadata(conn, metadata, updated)
+        self._noticed(moved)
         return updated
+
+    def _update_metadata(
+        self, conn: psycopg.Connection[Any], metadata: dict[str, dict[str, Any]], updated: dict[str, int]
+    ) -> None:
+        """:meth:`update_article_metadata` in this store's table (under the write lock); counts into ``updated``."""
+        rows = [{**_article_columns(meta), "kb_id": kb_id} for kb_id, meta in metadata.items()]
+        fields = self._declare(conn, rows)
+        for row in rows:
+            article = json.loads(row[ARTICLE_METADATA_COLUMN])
+            meta = {}
+            for name, value in row.items():
+                if name.startswith(META_PREFIX):
+                    coerced = _coerce(value, _KINDS[fields[name[len(META_PREFIX) :]]])
+                    if coerced is not None:
+                        meta[name[len(META_PREFIX) :]] = coerced
+            params: list[Any] = [row["kb_id"]]
+            tenant = self._tenant_sql(params)
+            chunks = conn.execute(
+                f"SELECT id, {ARTICLE_METADATA_COLUMN} FROM {self.table} WHERE kb_id = %s AND {tenant}", params
+            ).fetchall()
+            for chunk_id, old in chunks:
+                place = {k: v for k, v in json.loads(old or "{}").items() if k in CHUNK_PLACE_KEYS}
+                conn.execute(
+                    f"UPDATE {self.table} SET {ARTICLE_METADATA_COLUMN} = %s, meta = %s, {ALLOWED} = %s, "
+                    f"{PUBLIC} = %s WHERE id = %s",
+                    (
+                        json.dumps({**article, **place}, ensure_ascii=False),
+                        json.dumps(meta, ensure_ascii=False),
+                        row[ALLOWED],
+                        row[PUBLIC],
+                        chunk_id,
+                    ),
+                )
+            updated[row["kb_id"]] = len(chunks)
 
     def finalize(self) -> None:
         """After a batch of writes: build the HNSW index once the table is large enough, refresh the planner's
