@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,6 +21,7 @@ from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
 from ingestion.pipeline import Ingestor
+from ragidx import reindex_postgres
 from ragidx.article import Article
 from ragidx.cli import main
 from ragidx.config import Settings
@@ -182,3 +184,48 @@ def test_an_engine_follows_the_switch_to_a_new_model_without_a_restart(
         assert serving.embed_model_name == "use-multilingual"
         store = serving.chunk_store
         assert isinstance(store, PostgresChunkStore) and store.table == report["table"]
+
+
+def test_an_ingest_waiting_at_the_switch_writes_nothing_old_and_the_next_ingest_indexes_it(
+    pgvector_url: str, tmp_path: Path, writer_kb_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make_engine(settings(pgvector_url, tmp_path)) as old:
+        old.ingest(small_kb(writer_kb_file, tmp_path, 4))
+    late = Article("late", "Late article", "https://x/late", "Footnotes and endnotes at the end of each page.")
+    outcome: list[BaseException | int] = []
+
+    def old_ingest() -> None:  # another engine, still on the old model, ingesting as the switch happens
+        try:
+            with make_engine(settings(pgvector_url, tmp_path)) as writer:
+                outcome.append(writer.ingest([late]).new)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    real = reindex_postgres._embed_all
+    writer = threading.Thread(target=old_ingest)
+
+    def last_catch_up(*args: Any, with_pending: bool = False, **kwargs: Any) -> None:
+        if with_pending:  # the switch holds the old table's write lock: the ingest waits on it
+            writer.start()
+            probe = PostgresChunkStore(url=pgvector_url)
+            deadline = time.monotonic() + 120
+            while True:
+                with probe._connection() as conn:
+                    waiting = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+                if waiting and waiting[0]:
+                    break
+                assert writer.is_alive() and time.monotonic() < deadline, outcome
+                time.sleep(0.05)
+        real(*args, with_pending=with_pending, **kwargs)
+
+    monkeypatch.setattr(reindex_postgres, "_embed_all", last_catch_up)
+    report = reindex(settings(pgvector_url, tmp_path), embed_model=NewHash(), batch_articles=2)
+    writer.join(timeout=120)
+
+    assert report.switched and len(outcome) == 1 and isinstance(outcome[0], IndexSwitched), outcome
+    assert "late" not in per_article(pgvector_url, report.old_table)  # nothing written to the old table after it
+    with Engine(settings(pgvector_url, tmp_path), embed_model=NewHash(), llm_provider=ScriptedProvider()) as new:  # type: ignore[arg-type]
+        assert new.article_store.pending_ids() == ["late"]
+        assert new.ingest([]).recovered == 1
+    assert "late" in per_article(pgvector_url, report.table)
+    assert_statistics_exact(pgvector_url)
