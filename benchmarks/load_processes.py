@@ -13,8 +13,13 @@ an OpenAI-compatible chat model that searches once with the question and answers
 hashed-word embeddings; no local model runs (the figures are ragidx's and PostgreSQL's own cost, not a model's).
 No reranker model either (``RAGIDX_RERANKER=none``).
 
-Prints ONE JSON line: per process count, the answers, errors by kind, the answers equal to the single process's,
-p50/p95 latency of a whole request, throughput, and the answers each process gave.
+While the largest run answers, another process ingests the same knowledge base for another tenant (tenants are
+apart: the answers must not change) and is killed with SIGKILL once a third of its chunks are written; the same
+ingest is run again. Reported: the chunks at the kill, then every article with as many chunks as the first ingest
+gave it (nothing lost, nothing doubled), no article left pending, and the BM25 statistics equal to the chunks.
+
+Prints ONE JSON line: per process count, the answers, errors, the answers equal to the single process's, p50/p95
+latency of a whole request, throughput, the answers each process gave, and the killed ingest's check.
 
     nice python benchmarks/load_processes.py --processes 1,3 --clients 6 --per-client 6
 """
@@ -27,6 +32,7 @@ import multiprocessing
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -171,6 +177,75 @@ def run(urls: list[str], questions: list[str], clients: int, per_client: int, al
     }
 
 
+def chunks_per_article(url: str, tenant: str) -> Counter[str]:
+    from ragidx.stores.postgres_store import PostgresChunkStore
+
+    store = PostgresChunkStore(url=url, tenant=tenant)
+    try:
+        return Counter(n.metadata["kb_id"] for n in store.get_nodes())
+    finally:
+        store.close()
+
+
+def statistics_exact(url: str) -> bool:
+    """The BM25 totals and every term's document frequency equal what the chunks hold (every writer's share)."""
+    from ragidx.stores.postgres_store import INDEXES_TABLE, PostgresChunkStore
+
+    store = PostgresChunkStore(url=url)
+    t = store.table
+    with store._connection() as conn:
+        totals = conn.execute(f"SELECT docs, length FROM {INDEXES_TABLE} WHERE name = %s", (t,)).fetchone()
+        real = conn.execute(f"SELECT count(*), sum(terms_len) FROM {t}").fetchone()
+        wrong = conn.execute(
+            f"SELECT count(*) FROM (SELECT term, count(*) AS n FROM {t}, unnest(lexemes) AS term GROUP BY term) r "
+            f"FULL JOIN (SELECT * FROM {t}_terms WHERE df > 0) k ON k.term = r.term WHERE r.n IS DISTINCT FROM k.df"
+        ).fetchone()
+    store.close()
+    return totals == real and wrong == (0,)
+
+
+def killed_ingest(env: dict[str, str], url: str, kb: str, data_dir: Path, expected: Counter[str]) -> dict[str, Any]:
+    """``ragidx ingest`` of ``kb`` for tenant ``other``, SIGKILLed at a third of its chunks, then run again."""
+    from ragidx.config import Settings
+    from ragidx.stores.factory import build_article_store
+    from ragidx.stores.postgres_store import PostgresChunkStore
+
+    other = {**env, "RAGIDX_TENANT": "other"}
+    command = [sys.executable, "-m", "ragidx.cli", "--data-dir", str(data_dir), "ingest", kb]
+    process = subprocess.Popen(command, cwd=ROOT, env=other, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = sum(expected.values()) // 3
+    at_kill = 0
+    counter = PostgresChunkStore(url=url, tenant="other")
+    while process.poll() is None:
+        at_kill = counter.count()
+        if at_kill >= target:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    process.wait()
+    counter.close()
+    t0 = time.perf_counter()
+    again = subprocess.run(command, cwd=ROOT, env=other, capture_output=True, text=True, timeout=1800)
+    found = chunks_per_article(url, "other")
+    articles = build_article_store(Settings(store="postgres", article_store_url=url, tenant="other"))
+    try:
+        pending, indexed = len(articles.pending_ids()), len(articles.indexed_ids())
+    finally:
+        articles.close()
+    return {
+        "killed": process.returncode == -signal.SIGKILL,
+        "chunks_at_kill": at_kill,
+        "rerun_rc": again.returncode,
+        "rerun_s": round(time.perf_counter() - t0, 1),
+        "chunks": sum(found.values()),
+        "expected_chunks": sum(expected.values()),
+        "every_article_exact": found == expected,
+        "articles_indexed": indexed,
+        "articles_pending": pending,
+        "statistics_exact": statistics_exact(url),
+    }
+
+
 def main() -> int:
     from tests.postgres_server import PostgresServer
 
@@ -180,6 +255,7 @@ def main() -> int:
     p.add_argument("--processes", default="1,3", help="ragidx serve process counts, one run each (default 1,3)")
     p.add_argument("--clients", type=int, default=6, help="client threads asking at once (default 6)")
     p.add_argument("--per-client", type=int, default=6, help="questions each client asks in turn (default 6)")
+    p.add_argument("--no-kill", action="store_true", help="no ingest killed beside the largest run")
     args = p.parse_args()
 
     load_before = os.getloadavg()
@@ -225,6 +301,8 @@ def main() -> int:
             if ingest.returncode != 0:
                 raise RuntimeError("ingest failed: " + ingest.stderr[-3000:])
             out["ingest_s"] = round(time.perf_counter() - t0, 1)
+            expected = chunks_per_article(url, "")
+            out["kb_articles"], out["kb_chunks"] = len(expected), sum(expected.values())
             with serve(env, work / "alone") as alone_url, httpx.Client() as http:
                 alone = {q: ask(http, alone_url, q) for q in questions}  # one at a time, one process
             out["alone_cited"] = sum(1 for a in alone.values() if a["cited"])
@@ -235,8 +313,19 @@ def main() -> int:
                     with httpx.Client() as http:  # each process answers once before the clock starts
                         for u in urls:
                             ask(http, u, questions[0])
-                    runs.append({**run(urls, questions, args.clients, args.per_client, alone),
-                                 "load_after": [round(x, 2) for x in os.getloadavg()]})  # fmt: skip
+                    beside: dict[str, Any] = {}
+                    ingester = None
+                    if n == max(counts) and not args.no_kill:
+                        ingester = threading.Thread(
+                            target=lambda done: done.update(killed_ingest(env, url, args.kb, work / "other", expected)),
+                            args=(beside,),
+                        )
+                        ingester.start()
+                    result = run(urls, questions, args.clients, args.per_client, alone)
+                    if ingester is not None:
+                        ingester.join()
+                        result["ingest_killed_beside"] = beside
+                    runs.append({**result, "load_after": [round(x, 2) for x in os.getloadavg()]})
                 print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
             out["runs"] = runs
     finally:
