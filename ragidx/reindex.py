@@ -13,6 +13,9 @@ any other). Moving to another model — a service's (``[embedding]``) or another
 Killed half-way, the same command resumes: what it was doing is in ``<collection>.reindex.json`` beside the
 tables, and articles whose chunks are already in the new table are not embedded again.
 
+With ``store = "postgres"`` the same steps run in the database (:mod:`ragidx.reindex_postgres`): a new chunk table,
+and a pointer row that every engine process follows without a restart.
+
 Example:
     >>> from ragidx.config import Settings
     >>> report = reindex(Settings(data_dir="/tmp/kb", embed_model="e5-multilingual"))  # doctest: +SKIP
