@@ -255,10 +255,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print(f"ragidx ask: {exc}", file=sys.stderr)
             return 2
         engine.warm_up()
+        from ragidx.questions.surfaces import logged_answer  # the question log, surface "cli" ([questions])
+
+        who = {"surface": "cli", "user": scope["user"], "groups": scope["groups"]}
         if args.json:
-            print(printable_json(engine.ask(args.question, **scope).to_dict()))
+            answer = logged_answer(engine, args.question, lambda: engine.ask(args.question, **scope), **who)
+            print(printable_json(answer.to_dict()))
             return 0
-        answer = _stream_answer(engine, args.question, progress=not args.quiet, scope=scope)
+        stream = lambda: _stream_answer(engine, args.question, progress=not args.quiet, scope=scope)  # noqa: E731
+        answer = logged_answer(engine, args.question, stream, **who)
     sources = answer.render().partition("\nSources:\n")[2]
     if sources:
         print(f"\nSources:\n{sources}")

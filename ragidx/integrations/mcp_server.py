@@ -271,7 +271,10 @@ async def _ask(engine: Engine, who: Principal, arguments: dict[str, Any], *, max
     if len(question) > max_chars:
         raise ToolFailure(f"the question is {len(question)} characters long; at most {max_chars} are accepted")
     filters = await _filters(engine, arguments)
-    answer = await engine.aask(question, filters=filters, user=who.user, groups=list(who.groups))
+    asked = engine.aask(question, filters=filters, user=who.user, groups=list(who.groups))
+    from ragidx.questions.recorder import recorder_for  # the question log, surface "mcp" ([questions] settings)
+
+    answer = await recorder_for(engine).logged(asked, question, user=who.user, groups=who.groups, surface="mcp")
     return types.CallToolResult(
         content=[_text(answer.text.strip() + sources_block(answer))], structured_content=answer_extra(answer)
     )
