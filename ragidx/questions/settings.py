@@ -27,7 +27,8 @@ class QuestionLogSettings(BaseModel):
 
     enabled: bool = Field(
         default=True,
-        description="Log every question asked through `ragidx serve` and the dashboard (and Engine.ask(log=True)) "
+        description="Log every question asked through `ragidx serve`, the dashboard, `ragidx ask`, the MCP ask tool "
+        "(and Engine.ask(log=True)) "
         "in the article store's database, with its outcome, the articles shown and the reader's feedback. Off: "
         "nothing is logged, and feedback is refused.",
     )
