@@ -86,7 +86,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ingestion.sources import FILE_PATH, FILE_STAMP, SourceError, SourceItem
 from ragidx.article import SECTIONS, Article, location_url
 from ragidx.language import article_language
-from ragidx.safety.injection import FLAGS_KEY, flag_article
+from ragidx.safety.injection import FLAGS_KEY, flag_article, neutralized, shift_offset
 from ragidx.stores.access import InvalidPermissions, allowed_of, checked_permissions
 from ragidx.stores.article_store import INDEXED, PENDING, ArticleStore, Claim
 
@@ -731,9 +731,17 @@ class Ingestor:
         )
         if self.tenant:
             metadata["tenant"] = self.tenant
+        content = article.content
+        if FLAGS_KEY in article.metadata:
+            # Chunks are what search matches: embedded and indexed as the model will read them, instruction-like
+            # text replaced, so an injected sentence neither buries its chunk (a right answer lost) nor pulls it
+            # up for questions it does not answer. The article keeps its text as written.
+            content, edits = neutralized(content)
+            if edits and metadata.get(SECTIONS):
+                metadata[SECTIONS] = [{**s, "start": shift_offset(int(s["start"]), edits)} for s in metadata[SECTIONS]]
         return Document(
             id_=article.kb_id,
-            text=article.content,
+            text=content,
             metadata=metadata,
             excluded_embed_metadata_keys=[k for k in metadata if k != "title"],
             excluded_llm_metadata_keys=[k for k in metadata if k != "title"],

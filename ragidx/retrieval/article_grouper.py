@@ -57,6 +57,7 @@ from ragidx.article import (
 )
 from ragidx.retrieval.docstore_articles import DocstoreArticles
 from ragidx.retrieval.ranks import assign_ranks
+from ragidx.safety.injection import REMOVED
 from ragidx.stores.access import PUBLIC_PRINCIPAL, Principal
 
 __all__ = [
@@ -178,7 +179,9 @@ def matched_spans(content: str, chunks: Sequence[str]) -> list[list[int]]:
     """``[start, end)`` of each chunk text in ``content``, in order; chunks not found are left out.
 
     A chunk is found whole, else by its first and last ``_ANCHOR_CHARS`` characters (a splitter may
-    change the whitespace between them).
+    change the whitespace between them). A chunk of an article with instruction-like text holds
+    :data:`~ragidx.safety.injection.REMOVED` where the article holds that text: it is found by the text
+    before its first and after its last marker (of the words that are not markers).
 
     Example:
         >>> matched_spans("Intro. The default is 128MB. End.", ["The default is 128MB.", "missing"])
@@ -193,7 +196,10 @@ def matched_spans(content: str, chunks: Sequence[str]) -> list[list[int]]:
         if start >= 0:
             spans.append([start, start + len(text)])
             continue
-        head, tail = text[:_ANCHOR_CHARS], text[-_ANCHOR_CHARS:]
+        pieces = [piece.strip() for piece in text.split(REMOVED) if piece.strip()]
+        if not pieces:
+            continue
+        head, tail = pieces[0][:_ANCHOR_CHARS], pieces[-1][-_ANCHOR_CHARS:]
         start = content.find(head)
         end = content.find(tail, start + 1) if start >= 0 else -1
         if start >= 0 and end >= 0:

@@ -87,8 +87,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ragidx.article import Article
-from ragidx.safety.normalize import without_tag_characters
+from ragidx.article import MATCHED_SPANS, Article
+from ragidx.safety.normalize import tag_character_spans, without_tag_characters
 from ragidx.safety.obfuscation import readings
 from ragidx.sentences import Unit, split_units
 
@@ -730,22 +730,65 @@ def sentence_kinds(text: str, ignore: re.Pattern[str] | None = None) -> list[tup
     return list(zip(units, _span_kinds(texts), strict=True))
 
 
+Edit = tuple[int, int, int]
+"""A replacement in a text: ``(start, end, length of what replaced text[start:end])``, in the original's offsets."""
+
+
+def _removals(text: str) -> list[Edit]:
+    """Where :func:`neutralize` puts :data:`REMOVED`: runs of instruction-like sentences, each run one marker."""
+    edits: list[Edit] = []
+    for s in find_injections(text):
+        if edits and not text[edits[-1][1] : s.start].strip():
+            edits[-1] = (edits[-1][0], s.end, len(REMOVED))  # the sentence right after a removed one: one marker
+        else:
+            edits.append((s.start, s.end, len(REMOVED)))
+    return edits
+
+
 def neutralize(text: str) -> str:
     """``text`` with each instruction-like sentence or comment replaced by :data:`REMOVED` (runs of them by one)."""
-    spans = find_injections(text)
-    if not spans:
-        return text
+    return neutralized(text)[0]
+
+
+def neutralized(text: str) -> tuple[str, list[Edit]]:
+    """:func:`neutralize`'s text and the replacements it made (for :func:`shift_offset` of offsets into ``text``)."""
+    edits = _removals(text)
     out: list[str] = []
     at = 0
-    for s in spans:
-        gap = text[at : s.start]
-        if out and out[-1] == REMOVED and not gap.strip():
-            at = s.end  # the sentence right after a removed one: one marker for both
-            continue
-        out += [gap, REMOVED]
-        at = s.end
+    for start, end, _ in edits:
+        out += [text[at:start], REMOVED]
+        at = end
     out.append(text[at:])
-    return "".join(out)
+    return "".join(out), edits
+
+
+def shift_offset(offset: int, edits: Sequence[Edit]) -> int:
+    """Where ``offset`` of a text lands once ``edits`` (sorted, apart) are made; an offset inside a replaced part
+    lands at the end of its replacement.
+
+    Example:
+        >>> shift_offset(20, [(5, 15, 2)])   # 10 characters before it became 2
+        12
+    """
+    shift = 0
+    for start, end, length in edits:
+        if offset < start:
+            break
+        if offset < end:
+            return start + shift + length
+        shift += length - (end - start)
+    return offset + shift
+
+
+def shift_spans(spans: Sequence[Sequence[int]], edits: Sequence[Edit]) -> list[list[int]]:
+    """``[start, end)`` spans of a text as spans of the edited text (an empty one dropped): retrieval's matched
+    passages stay on the same words of an article whose content neutralization changed."""
+    out = [[shift_offset(int(s), edits), shift_offset(int(e), edits)] for s, e in spans]
+    return [span for span in out if span[0] < span[1]]
+
+
+def _tag_edits(text: str) -> list[Edit]:
+    return [(start, end, 0) for start, end in tag_character_spans(text)]
 
 
 def url_words(url: str) -> str:
@@ -835,12 +878,23 @@ def neutralize_article(article: Article) -> Article:
         title, content = without_tag_characters(article.title), without_tag_characters(article.content)
         if (title, content) == (article.title, article.content):
             return article
-        return replace(article, title=title, content=content)
+        return replace(article, title=title, content=content, metadata=_spans_moved(article, []))
     metadata = {**article.metadata, FLAGS_KEY: sorted(set(flags_of(article.metadata)) | set(flags))}
     title = REMOVED if shown_title(article.title) == SHOWN_TITLE else without_tag_characters(article.title)
     url = REMOVED if kinds_of(url_words(article.url)) else article.url
     content = without_tag_characters(neutralize(article.content))
+    metadata = _spans_moved(replace(article, metadata=metadata), _removals(article.content))
     return Article(article.kb_id, title, url, content, article.language, metadata)
+
+
+def _spans_moved(article: Article, removals: Sequence[Edit]) -> dict[str, Any]:
+    """The article's metadata with retrieval's matched passages (offsets into its stored content) moved onto the
+    same words of the content once ``removals`` are made and tag characters removed, as the model reads it."""
+    spans = article.metadata.get(MATCHED_SPANS)
+    if not spans:
+        return article.metadata
+    neutral = neutralize(article.content) if removals else article.content
+    return {**article.metadata, MATCHED_SPANS: shift_spans(shift_spans(spans, removals), _tag_edits(neutral))}
 
 
 def flags_of(metadata: dict[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["INVISIBLE", "skeleton", "strip_invisible", "visible", "without_tag_characters"]
+__all__ = ["INVISIBLE", "skeleton", "strip_invisible", "tag_character_spans", "visible", "without_tag_characters"]
 
 # Zero-width and other invisible format characters (Unicode category Cf is checked too).
 INVISIBLE = frozenset("\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u2061"
@@ -62,6 +62,11 @@ def without_tag_characters(text: str) -> str:
         'Click OK.'
     """
     return _TAG_CHARACTERS.sub("", text)
+
+
+def tag_character_spans(text: str) -> list[tuple[int, int]]:
+    """Where :func:`without_tag_characters` removes something: ``[start, end)`` of each tag character."""
+    return [(m.start(), m.end()) for m in _TAG_CHARACTERS.finditer(text)]
 
 
 def visible(text: str) -> str:
