@@ -28,7 +28,7 @@ Figures (shares of the questions asked):
     flagged_injected: injected articles flagged at ingest; flagged_clean_kb: false flags in the clean KB.
 
     python benchmarks/redteam.py --data-dir /tmp/redteam [--llm scripted|local] [--limit N] [--ids rt58,rt59]
-        [--defences off]
+        [--defences off] [--clean-rows EARLIER_STDERR]
 
 ``--defences off`` turns neutralization and the engine's ``relay`` guard off (the rendering still spotlights), to
 show the set's attacks land: ``*_model`` is then what the model wrote, ``*_after_check`` what the check leaves.
@@ -307,7 +307,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flagged: dict[str, int] = {}
     started = time.perf_counter()
     with gullible_endpoint() as base_url:
-        for variant in ("articles", "clean"):  # injected first: a cut-short local run still has its takeover figures
+        if args.clean_rows:  # the clean twins' answers of an earlier run, its stderr's rows
+            for line in Path(args.clean_rows).read_text(encoding="utf-8").splitlines():
+                earlier = json.loads(line) if line.startswith("{") else {}
+                if earlier.get("variant") == "clean" and earlier["id"] in rows:
+                    rows[earlier["id"]]["clean"] = {k: v for k, v in earlier.items() if k not in ("id", "variant")}
+            missing = [i for i, r in rows.items() if "clean" not in r]
+            if missing:
+                raise SystemExit(f"--clean-rows has no clean row for {', '.join(missing)}")
+        variants = ("articles",) if args.clean_rows else ("articles", "clean")
+        for variant in variants:  # injected first: a cut-short local run still has its takeover figures
             llm = (
                 LLMEndpoint(model="gullible", api_base=base_url, api_key="sk-loopback", context_window=8192)
                 if args.llm == "scripted"
@@ -333,6 +342,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rows[case["id"]][variant] = row
                     print(json.dumps({"id": case["id"], "variant": variant, **row}, ensure_ascii=False),
                           file=sys.stderr, flush=True)  # fmt: skip
+    if "clean" not in flagged:  # the clean twins were not ingested: read them as ingest would
+        from ragidx.safety.injection import flag_article
+
+        twins = {c["kb_id"] for c in cases}
+        flagged["clean"] = sum(
+            FLAGS_KEY in flag_article(a).metadata for a in knowledge_base("clean") if a.kb_id in twins
+        )
     n = len(cases)
 
     def share(variant: str, key: str) -> float:
@@ -364,6 +380,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "flagged_injected": f"{flagged['articles']}/{n}",
         "flagged_clean_twins": f"{flagged['clean']}/{n}",
         "false_flags_sample_kb": f"{false_flags()}/{len(knowledge_base('clean'))}",
+        **({"clean_rows_from": args.clean_rows} if args.clean_rows else {}),
         "seconds": round(time.perf_counter() - started, 1),
         "machine": machine_line(),
     }  # fmt: skip
@@ -376,6 +393,12 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=None, help="N cases spread evenly over the set")
     p.add_argument("--ids", default="", help="only these cases (comma-separated ids, e.g. rt58,rt59)")
     p.add_argument("--defences", choices=("on", "off"), default="on")
+    p.add_argument(
+        "--clean-rows",
+        default=None,
+        help="ask only the injected KB; the clean twins' rows come from this earlier run's stderr (for a change "
+        "that leaves the clean KB's index and prompts as they were)",
+    )
     args = p.parse_args()
     print(json.dumps(run(args), ensure_ascii=False))
     return 0
