@@ -325,3 +325,60 @@ def test_permissions_are_columns_and_update_in_place_keeps_vectors(tmp_path: Pat
     assert s._open().to_arrow().sort_by("kb_id").column("vector").to_pylist() == vectors
     with pytest.raises(ValueError, match="user:NAME"):
         s.add([node("bad", "x", allowed=["ann"])])
+
+
+# --- indexes for filtered search --------------------------------------------------------------------------
+def test_finalize_indexes_each_metadata_column_by_its_kind_and_filters_use_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragidx.stores.lancedb_store as lancedb_store
+
+    monkeypatch.setattr(lancedb_store, "BITMAP_MAX_VALUES", 3)  # 3 distinct values or more: a BTREE
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    kinds = [("writer", 7, ["new"], True), ("calc", 7, ["old", "new"], False), ("writer", 8, [], True)]
+    s.add(
+        [
+            node(f"a{i}", text, product=product, version=version, tags=tags, draft=draft, path=f"docs/{i}.md")
+            for i, (text, (product, version, tags, draft)) in enumerate(zip(TEXTS.values(), kinds, strict=False))
+        ]
+    )
+    s.finalize()
+    table = s._open()
+    indexed = {tuple(i.columns): i.index_type for i in table.list_indices()}
+    assert {k: indexed.get(k) for k in [("meta_product",), ("meta_version",), ("meta_draft",), ("meta_tags",)]} == {
+        ("meta_product",): "Bitmap",
+        ("meta_version",): "Bitmap",
+        ("meta_draft",): "Bitmap",
+        ("meta_tags",): "LabelList",
+    }
+    assert indexed[("meta_path",)] == "BTree"  # one value per article
+    mf = MetadataFilters(filters=[MetadataFilter(key="product", value="writer")])
+    where = filters_to_sql(mf, lancedb_store._filter_columns(table.schema))
+    plan = table.search(EMB.get_query_embedding("table")).where(where, prefilter=True).explain_plan(verbose=True)
+    assert "meta_product_idx" in plan  # the prefilter reads the index, not the column
+    assert set(kb_ids(s.query(query("table print", VectorStoreQueryMode.HYBRID, k=10, filters=mf)))) == {"a0", "a2"}
+    # a field that a later ingest brings gets its index at that ingest's finalize
+    s.add([node("late", TEXTS["quote"], team="docs")])
+    s.finalize()
+    assert ("meta_team",) in {tuple(i.columns) for i in s._open().list_indices()}
+
+
+def test_the_vector_index_is_ivf_sq_and_an_older_hnsw_index_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragidx.stores.lancedb_store as lancedb_store
+
+    monkeypatch.setattr(lancedb_store, "VECTOR_INDEX_MIN_ROWS", 300)
+    s = LanceDBChunkStore(uri=tmp_path / "db")
+    s.add([node(k, t) for k, t in TEXTS.items()] + [node(f"n{i}", f"filler text number {i}") for i in range(300)])
+
+    def vector_index() -> str:
+        return next(i.index_type for i in s._open().list_indices() if i.columns == ["vector"])
+
+    s.finalize()
+    assert vector_index() == "IvfSq"
+    s._open().create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True)
+    assert vector_index() == "IvfHnswSq"  # what an older ragidx built
+    s.finalize()
+    assert vector_index() == "IvfSq"
+    assert kb_ids(s.query(query(TEXTS["charts"], VectorStoreQueryMode.DEFAULT, k=1))) == ["charts"]
