@@ -2,6 +2,7 @@
 
     python benchmarks/store_scale.py --store lancedb|postgres [--chunks 100000] [--real-chunks 3000]
         [--queries 100] [--m 32] [--ef-construction 128] [--ef-search 400] [--work-dir DIR] [--reuse]
+        [--nprobes N]
 
 Store level, as the retriever calls the store (``VectorStoreQuery`` in hybrid mode, ``candidate_chunks`` = 100 from
 each side, the shipped fusion and alpha), no model in the timed part. The chunks: ``--real-chunks`` windows of
@@ -244,6 +245,11 @@ def run_queries(
     }
 
 
+def vector_index_type(store: Any) -> str | None:
+    """The LanceDB table's vector index, as LanceDB names it (``IvfSq``); None without one."""
+    return next((i.index_type for i in store._open().list_indices() if i.columns == ["vector"]), None)
+
+
 def postgres_rss_mb(server: Any) -> float:
     pid_file = server.data / "postmaster.pid"
     main = pid_file.read_text().split()[0]
@@ -264,6 +270,7 @@ def main() -> int:
     p.add_argument("--also-ef-search", type=int, action="append", default=[], help="postgres: time these too")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ragidx-store-scale"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nprobes", type=int, help="lancedb: IVF partitions probed per query (default: the store's)")
     p.add_argument("--reuse", action="store_true", help="lancedb: keep the table and query it again next run")
     args = p.parse_args()
     if args.reuse and args.store != "lancedb":
@@ -301,7 +308,7 @@ def main() -> int:
         reused = args.reuse and built.exists() and json.loads(built.read_text()) == recipe
         if not reused:
             shutil.rmtree(where, ignore_errors=True)
-        store = LanceDBChunkStore(uri=where)
+        store = LanceDBChunkStore(uri=where, **({"nprobes": args.nprobes} if args.nprobes else {}))
     try:
         insert_s = None
         if not reused:
@@ -362,7 +369,7 @@ def main() -> int:
             "queries": args.queries,
             "hnsw": {"m": args.m, "ef_construction": args.ef_construction, "ef_search": args.ef_search}
             if args.store == "postgres"
-            else {"index": "IVF_HNSW_SQ", "nprobes": store.nprobes, "refine_factor": store.refine_factor},
+            else {"index": vector_index_type(store), "nprobes": store.nprobes, "refine_factor": store.refine_factor},
             "reused_table": reused,
             "insert_chunks_per_s": round(args.chunks / insert_s) if insert_s else None,
             "index_build_s": round(index_s, 1),
