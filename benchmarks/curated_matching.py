@@ -1,18 +1,42 @@
 """Curated answers' matching: do paraphrases of a pinned question get its answer, and near misses none?
 
-``benchmarks/data/curated_questions.jsonl``: 34 pinned help-desk questions, each with 3 paraphrases (another
-wording, the same need) and 2 or 3 near misses (the same words, another intent: delete for insert, header for
-footer, Windows 7 for Windows 11 ...). ``tune`` (13) and ``confirm`` (13): the intent guard's rules were written
-while reading the errors of both, so neither is held out; ``holdout`` (8, 24 paraphrases, 19 near misses) was
-written after the rules and thresholds were fixed and measured once. All answers are pinned in one store
-(``CuratedAnswers`` on an in-memory article store), so a question may also hit another pinned answer: that counts
-as a false hit too. ``pinned_to_gap``: each answer pinned to its question and two paraphrases, the third asked.
+``benchmarks/data/curated_questions.jsonl``: 47 pinned help-desk questions, each with 3 paraphrases (another
+wording, the same need) and 2 to 4 near misses (the same words, another intent: delete for insert, header for
+footer, Windows 7 for Windows 11, another product ...). All answers are pinned in one store (``CuratedAnswers`` on
+an in-memory article store), so a question may also hit another pinned answer: on a paraphrase that is a
+``wrong_answer``, on a near miss a false hit like any other. ``pinned_to_gap`` (embedding only): each answer
+pinned to its question and two paraphrases, the third asked.
 
-Target (issue 60): on paraphrases a hit rate of at least 0.8; 0 false hits on at least 50 near misses.
+What was looked at while tuning (so is not held out):
 
-    python benchmarks/curated_matching.py [--sweep]
+- ``tune`` (13): the intent guard's rules, the thresholds, and the judge's (``--judge``: the similarity band, the
+  margin, the veto; ``--sweep``) were chosen on its figures and errors;
+- ``confirm`` (13), ``holdout`` (8), ``holdout2`` (8): the guard's rules were written reading their errors
+  (earlier commits); for the judge only their pinned-question similarities were read (the top candidate is the
+  right pinned question for 110 of their 112 guard-passing paraphrases: ``judge_limit`` 1);
+- ``holdout3`` (13 pinned, 39 paraphrases, 52 near misses): written before the judge was measured; five of its
+  rows were rewritten before it was measured because their pinned questions repeated pinned questions of the
+  other sets (the tune sweep showed tune paraphrases going to them); then measured once, with the defaults
+  below chosen on tune.
 
-Prints one JSON line (with ``--sweep``, one per threshold and guard on the tune half first).
+Target (issue 60): on paraphrases a hit rate of at least 0.8; 0 false hits on at least 50 near misses. Not met
+(2026-11-28, MiniLM, Qwen2.5 1.5B Q4 as the judge, load 7-11 on 2 cores; one run each, interleaved):
+
+| set | embedding + guard: hit rate, false hits | + judge: hit rate, false hits (wrong answers) |
+|---|---|---|
+| tune | 0.769, 1 of 26 | 0.846, 0 of 26 (1) |
+| confirm | 0.564, 0 of 26 | 0.590, 0 of 26 |
+| holdout | 0.583, 1 of 19 | 0.667, 1 of 19 |
+| holdout2 | 0.458, 2 of 18 | 0.500, 0 of 18 |
+| holdout3 (once) | 0.538, 9 of 52 | 0.641, 4 of 52 (1) |
+| held out, pooled | 0.528, 12 of 89 | 0.609, 6 of 89 (incl. 1 wrong answer) |
+
+The judge: 122 calls, 8.3 s each in this process under that load (about 100 prompt tokens, one token out).
+
+    python benchmarks/curated_matching.py [--sweep] [--judge ~/.cache/ragidx/models/qwen2.5-1.5b.gguf
+        --judge-cache verdicts.json] [--only SET]
+
+Prints one JSON line (with ``--sweep``, one per setting on the tune set first).
 """
 
 from __future__ import annotations
@@ -20,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +52,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ragidx.questions import curated as curated_module  # noqa: E402
-from ragidx.questions.curated import DEFAULT_PAIR_THRESHOLD, DEFAULT_THRESHOLD, CuratedAnswers  # noqa: E402
+from ragidx.questions.curated import (  # noqa: E402
+    DEFAULT_JUDGE_CONFIDENT,
+    DEFAULT_JUDGE_LIMIT,
+    DEFAULT_JUDGE_MARGIN,
+    DEFAULT_JUDGE_THRESHOLD,
+    DEFAULT_JUDGE_VETO,
+    DEFAULT_PAIR_THRESHOLD,
+    DEFAULT_THRESHOLD,
+    CuratedAnswers,
+    judge_messages,
+)
 from ragidx.stores.access import Principal  # noqa: E402
 from ragidx.stores.article_store import ArticleStore  # noqa: E402
 
@@ -63,13 +98,69 @@ def measure(answers: CuratedAnswers, rows: list[dict[str, Any]], ids: dict[str, 
     }
 
 
+class LlamaJudge:
+    """The judge as ``ragidx.questions.curated.ModelJudge`` asks it of the local server, in this process: the chat
+    (``judge_messages``) rendered by the model's own template, the log-odds of YES over NO at the first token.
+    Verdicts are kept in ``cache`` (a JSON file) so a sweep or a second run asks the model nothing twice."""
+
+    def __init__(self, model: str, cache: Path | None, threads: int) -> None:
+        import llama_cpp
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.llm = llama_cpp.Llama(model, n_ctx=1024, n_threads=threads, verbose=False)
+        template = self.llm.metadata["tokenizer.chat_template"]
+        self.render = Jinja2ChatFormatter(template=template, eos_token="<|im_end|>", bos_token="")
+        self.yes, self.no = (self.llm.tokenize(t.encode(), add_bos=False)[0] for t in ("YES", "NO"))
+        self.cache_path = cache
+        self.cache: dict[str, float] = json.loads(cache.read_text()) if cache and cache.exists() else {}
+        self.calls = 0
+        self.seconds = 0.0
+
+    def __call__(self, question: str, pinned: str) -> float:
+        key = f"{question}\t{pinned}"
+        if key not in self.cache:
+            import numpy as np
+
+            t0 = time.perf_counter()
+            messages = [{"role": m.role.value, "content": m.content} for m in judge_messages(question, pinned)]
+            tokens = self.llm.tokenize(self.render(messages=messages).prompt.encode(), add_bos=False, special=True)
+            same = 0  # the prefix already evaluated (the system prompt and the instruction's start)
+            while same < min(len(tokens) - 1, self.llm.n_tokens) and self.llm.input_ids[same] == tokens[same]:
+                same += 1
+            self.llm.n_tokens = same
+            self.llm.eval(tokens[same:])
+            logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
+            self.cache[key] = round(float(logits[self.yes]) - float(logits[self.no]), 3)
+            self.calls += 1
+            self.seconds += time.perf_counter() - t0
+            if self.cache_path is not None and self.calls % 10 == 0:
+                self.save()
+        return self.cache[key]
+
+    def save(self) -> None:
+        if self.cache_path is not None:
+            self.cache_path.write_text(json.dumps(self.cache, ensure_ascii=False, indent=0))
+
+
+SPLITS = ("tune", "confirm", "holdout", "holdout2", "holdout3")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", default=str(ROOT / "benchmarks/data/curated_questions.jsonl"))
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
-    p.add_argument("--sweep", action="store_true", help="thresholds, with and without the intent guard, on tune")
+    p.add_argument("--sweep", action="store_true", help="thresholds (and margins, with --judge) on tune only")
     p.add_argument("--pair-threshold", type=float, default=DEFAULT_PAIR_THRESHOLD)
+    p.add_argument("--judge-threshold", type=float, default=DEFAULT_JUDGE_THRESHOLD)
+    p.add_argument("--judge-margin", type=float, default=DEFAULT_JUDGE_MARGIN)
+    p.add_argument("--judge-limit", type=int, default=DEFAULT_JUDGE_LIMIT)
+    p.add_argument("--judge-confident", type=float, default=DEFAULT_JUDGE_CONFIDENT)
+    p.add_argument("--judge-veto", type=float, default=DEFAULT_JUDGE_VETO)
     p.add_argument("--embed", default="minilm", help="the embedding model (Settings.embed_model)")
+    p.add_argument("--judge", metavar="GGUF", help="the local model as the judge (e.g. ~/.cache/ragidx/models/...)")
+    p.add_argument("--judge-cache", metavar="JSON", help="keep the judge's verdicts here (read, then updated)")
+    p.add_argument("--judge-threads", type=int, default=2)
+    p.add_argument("--only", choices=SPLITS, action="append", help="measure only these sets (default: all)")
     args = p.parse_args()
 
     from ragidx.config import Settings
@@ -78,29 +169,88 @@ def main() -> int:
     settings = Settings(embed_model=args.embed)
     embed = build_embed_model(settings)
     rows = [json.loads(line) for line in Path(args.set).read_text().splitlines() if line.strip()]
+    judge = None
+    if args.judge:
+        judge = LlamaJudge(str(Path(args.judge).expanduser()), Path(args.judge_cache) if args.judge_cache else None,
+                           args.judge_threads)  # fmt: skip
     answers = CuratedAnswers(
-        ArticleStore(":memory:"), embed, threshold=args.threshold, pair_threshold=args.pair_threshold
-    )
+        ArticleStore(":memory:"), embed, threshold=args.threshold, pair_threshold=args.pair_threshold, judge=judge,
+        judge_threshold=args.judge_threshold, judge_margin=args.judge_margin, judge_limit=args.judge_limit,
+        judge_confident=args.judge_confident, judge_veto=args.judge_veto,
+    )  # fmt: skip
     ids = {r["id"]: answers.add([r["pinned"]], f"Answer to: {r['pinned']}").id for r in rows}
-    tune = [r for r in rows if r["split"] == "tune"]
-    confirm = [r for r in rows if r["split"] == "confirm"]
-    holdout = [r for r in rows if r["split"] == "holdout"]
-    holdout2 = [r for r in rows if r["split"] == "holdout2"]
+    by_split = {s: [r for r in rows if r["split"] == s] for s in (args.only or SPLITS)}
 
     if args.sweep:
+        tune = [r for r in rows if r["split"] == "tune"]
         guard = curated_module.same_intent
-        for guarded in (True, False):
-            curated_module.same_intent = guard if guarded else (lambda q, p: True)  # type: ignore[assignment]
-            for threshold, pair in [(t, p) for t in (0.55, 0.6, 0.62, 0.65, 0.7) for p in (0.8, 0.85, 0.9)]:
-                answers.threshold, answers.pair_threshold = threshold, pair
+        if judge is None:
+            for guarded in (True, False):
+                curated_module.same_intent = guard if guarded else (lambda q, p: True)  # type: ignore[assignment]
+                for threshold, pair in [(t, p) for t in (0.55, 0.6, 0.62, 0.65, 0.7) for p in (0.8, 0.85, 0.9)]:
+                    answers.threshold, answers.pair_threshold = threshold, pair
+                    m = measure(answers, tune, ids)
+                    print(json.dumps({"split": "tune", "guard": guarded, "threshold": threshold, "pair": pair,
+                                      **{k: v for k, v in m.items() if k not in ("missed", "false")}}))  # fmt: skip
+            curated_module.same_intent = guard
+        else:
+            grid = [
+                (t, c, m) for t in (0.45, 0.5, 0.55) for c in (0.8, 0.85, 0.9, 2.0) for m in (-1, -0.7, -0.5, -0.3, 0)
+            ]
+            for wide, confident, margin in grid:  # confident 2.0: the judge decides at every similarity
+                answers.judge_threshold, answers.judge_confident, answers.judge_margin = wide, confident, margin
                 m = measure(answers, tune, ids)
-                print(json.dumps({"split": "tune", "guard": guarded, "threshold": threshold, "pair": pair,
-                                  **{k: v for k, v in m.items() if k not in ("missed", "false")}}))  # fmt: skip
-        curated_module.same_intent = guard
+                shown = {k: v for k, v in m.items() if k not in ("missed", "false")}
+                row = {"split": "tune", "judge_threshold": wide, "judge_confident": confident, "judge_margin": margin}
+                print(json.dumps({**row, **shown}), flush=True)
+            judge.save()
+            return 0
         answers.threshold, answers.pair_threshold = args.threshold, args.pair_threshold
 
-    # Pinned to a gap: the answer holds several phrasings (the pinned question and the other paraphrases); each
-    # paraphrase is asked with itself left out (leave one out), near misses against all of them.
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {
+        "benchmark": "curated_matching",
+        "embed_model": settings.embed_model,
+        "threshold": args.threshold,
+        "pair_threshold": args.pair_threshold,
+        "judge": Path(args.judge).name if args.judge else None,
+        **(
+            {
+                "judge_threshold": args.judge_threshold,
+                "judge_confident": args.judge_confident,
+                "judge_margin": args.judge_margin,
+                "judge_veto": args.judge_veto,
+            }
+            if judge
+            else {}
+        ),  # fmt: skip
+        **{s: measure(answers, split_rows, ids) for s, split_rows in by_split.items()},
+    }
+    held = [s for s in ("holdout", "holdout2", "holdout3") if s in by_split]
+    result["held_out"] = {
+        "paraphrases": sum(result[s]["paraphrases"] for s in held),
+        "hit_rate": round(
+            sum(result[s]["hit_rate"] * result[s]["paraphrases"] for s in held)
+            / max(1, sum(result[s]["paraphrases"] for s in held)),
+            3,
+        ),
+        "near_misses": sum(result[s]["near_misses"] for s in held),
+        "false_hits": sum(result[s]["false_hits"] + result[s]["wrong_answer"] for s in held),
+    }
+    if judge is not None:
+        judge.save()
+        result["judge_calls"] = judge.calls
+        result["judge_s_per_call"] = round(judge.seconds / judge.calls, 2) if judge.calls else None
+    else:
+        result["pinned_to_gap"] = pinned_to_gap(rows, embed, args, answers)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(result))
+    return 0
+
+
+def pinned_to_gap(rows: list[dict[str, Any]], embed: Any, args: argparse.Namespace, answers: CuratedAnswers) -> dict:
+    """Pinned to a gap: the answer holds several phrasings (the pinned question and the other paraphrases); each
+    paraphrase is asked with itself left out (leave one out), near misses against all of them. Embedding only."""
     gap_hits, gap_false, gap_paraphrases = 0, 0, 0
     for row in rows:
         for i, q in enumerate(row["paraphrases"]):
@@ -114,25 +264,12 @@ def main() -> int:
             gap_paraphrases += 1
             gap_hits += got is not None and got.id == pinned.id
             gap_false += sum(single.match(m, Principal()) is not None for m in row["near_misses"]) if i == 0 else 0
-    result = {
-        "benchmark": "curated_matching",
-        "embed_model": settings.embed_model,
-        "threshold": args.threshold,
-        "pair_threshold": args.pair_threshold,
-        "tune": measure(answers, tune, ids),
-        "confirm": measure(answers, confirm, ids),
-        "holdout": measure(answers, holdout, ids),
-        "holdout2": measure(answers, holdout2, ids),
-        "all": measure(answers, rows, ids),
-        "pinned_to_gap": {
-            "paraphrases": gap_paraphrases,
-            "hit_rate": round(gap_hits / gap_paraphrases, 3),
-            "near_misses": sum(len(r["near_misses"]) for r in rows),
-            "false_hits": gap_false,
-        },
+    return {
+        "paraphrases": gap_paraphrases,
+        "hit_rate": round(gap_hits / gap_paraphrases, 3),
+        "near_misses": sum(len(r["near_misses"]) for r in rows),
+        "false_hits": gap_false,
     }
-    print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ the admin routes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -177,10 +179,17 @@ def test_property_no_curated_answer_reaches_a_reader_who_may_not_read_its_citati
         for i, a in enumerate(allowed)
     ]
     store.save_pending(articles, source="kb")
-    curated = CuratedAnswers(store, HashEmbedding(dim=64))
-    curated.add([TOC], TOC_ANSWER, [f"a{i}" for i in cited])
     reader = Principal.of(user, groups)
-    served = curated.answer(TOC, reader)
+    for judge in (None, lambda question, pinned: 10.0):  # the embedding alone, and a judge that says yes to all
+        curated = CuratedAnswers(store, HashEmbedding(dim=64), judge=judge)
+        curated.add([TOC], TOC_ANSWER, [f"a{i}" for i in cited])
+        served = curated.answer(TOC, reader)
+        _served_only_to_readers_of_all(served, reader, allowed, cited)
+
+
+def _served_only_to_readers_of_all(
+    served: Answer | None, reader: Principal, allowed: list[tuple[str, ...]], cited: list[int]
+) -> None:
     may_read_all = all(reader.may_read(allowed[i]) for i in cited)
     assert (served is not None) == may_read_all
     if served is not None:
@@ -258,3 +267,124 @@ def test_admin_routes_pin_list_confirm_remove_and_report_gaps_for_admin_keys_onl
             assert httpx.post(f"{url}/v1/admin/curated/{pid}/confirm", headers=admin).status_code == 200
             assert httpx.delete(f"{url}/v1/admin/curated/{pid}", headers=admin).status_code == 200
             assert httpx.delete(f"{url}/v1/admin/curated/{pid}", headers=admin).status_code == 404
+
+
+# --- the judge: a second stage for candidates the embedding alone would not serve ---------------------------
+def _judged_store() -> ArticleStore:
+    store = ArticleStore(":memory:")
+    store.save_pending(KB, source="kb")
+    return store
+
+
+def test_a_judge_serves_rewordings_under_the_threshold_and_turns_away_what_it_rejects() -> None:
+    asked: list[tuple[str, str]] = []
+    verdicts = {
+        "Where do I create the contents list of a document?": 1.5,
+        "How do I format the table of contents in my report?": -3.0,
+    }
+
+    def judge(question: str, pinned: str) -> float | None:
+        asked.append((question, pinned))
+        return verdicts.get(question)
+
+    embed = HashEmbedding(dim=256)
+    plain = CuratedAnswers(_judged_store(), embed, threshold=0.9, pair_threshold=0.99)
+    judged = CuratedAnswers(
+        _judged_store(), embed, threshold=0.9, pair_threshold=0.99, judge=judge, judge_threshold=0.1, judge_margin=0.0
+    )
+    for curated in (plain, judged):
+        curated.add([TOC], TOC_ANSWER, ["toc"])
+    reworded = "Where do I create the contents list of a document?"
+    assert 0.1 <= judged.similarity(reworded, TOC) < 0.9
+    assert plain.match(reworded, Principal()) is None  # the embedding alone: too far
+    assert judged.match(reworded, Principal()) is not None  # the judge: the same question
+    assert (
+        judged.match("How do I format the table of contents in my report?", Principal()) is None
+    )  # the judge: another one
+    assert judged.match("How do I delete a table of contents?", Principal()) is None  # the word guard, unjudged
+    assert [q for q, _ in asked] == [reworded, "How do I format the table of contents in my report?"]
+    assert {p for _, p in asked} == {TOC}
+
+
+def test_within_judge_confident_only_the_judges_clear_no_stops_the_answer() -> None:
+    for odds, served in ((-1.0, True), (-3.0, False), (1.0, True)):
+        curated = CuratedAnswers(_judged_store(), HashEmbedding(dim=256), judge=lambda q, p, odds=odds: odds)
+        curated.add([TOC], TOC_ANSWER, ["toc"])
+        assert curated.similarity(TOC, TOC) >= curated.judge_confident
+        assert (curated.match(TOC, Principal()) is not None) is served
+
+
+def test_without_a_verdict_the_embedding_decides_and_a_failing_judge_never_fails_the_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def no_verdict(question: str, pinned: str) -> float | None:
+        return None
+
+    def failing(question: str, pinned: str) -> float | None:
+        raise ConnectionError("the model server is down")
+
+    for judge in (no_verdict, failing):
+        curated = CuratedAnswers(_judged_store(), HashEmbedding(dim=256), threshold=0.9, judge=judge, judge_threshold=0)
+        curated.add([TOC], TOC_ANSWER, ["toc"])
+        assert curated.match(TOC, Principal()) is not None  # similarity 1: the embedding's own rule serves it
+        assert curated.match("Where do I create the contents list of a document?", Principal()) is None
+    assert "judge failed (ConnectionError)" in caplog.text
+
+
+def test_the_judge_is_asked_only_about_answers_the_reader_may_get_and_at_most_judge_limit() -> None:
+    asked: list[str] = []
+
+    def judge(question: str, pinned: str) -> float | None:
+        asked.append(pinned)
+        return -5.0
+
+    curated = CuratedAnswers(_judged_store(), HashEmbedding(dim=256), judge=judge, judge_threshold=0.0, judge_limit=1)
+    curated.add(["How do I take leave?"], "Use the HR portal [1].", ["hr-leave"])
+    curated.add([TOC], TOC_ANSWER, ["toc"])
+    curated.add(["Where is the table of contents dialog in Writer?"], "Insert > Table of Contents [1].", ["toc"])
+    assert curated.match("How do I take leave?", Principal()) is None
+    assert "How do I take leave?" not in asked  # the public may not read hr-leave: never shown to the model
+    asked.clear()
+    assert len(curated.candidates(TOC)) == 3 and curated.match(TOC, Principal()) is None
+    assert asked == [TOC]  # one judged (judge_limit), the closest
+
+
+def test_the_engine_asks_its_own_model_the_judges_question_in_one_token(tmp_path: Path) -> None:
+    from llama_index.core.base.llms.types import ChatResponse, LogProb
+
+    from tests.dashboard.fakes import ScriptedProvider, cite_sources
+    from tests.fakes.scripted_llm import ScriptedLLM
+
+    class CheckingProvider(ScriptedProvider):  # a model with the answer check: it weighs YES against NO
+        def get(self, endpoint: Any) -> ScriptedLLM:
+            llm = super().get(endpoint)
+            llm._steps = itertools.cycle([reply])
+            self.llms.append(llm)
+            return llm
+
+        def answer_check(self, endpoint: Any) -> float:
+            return 0.0
+
+    def reply(messages: list[Any], call: Any) -> Any:
+        text = messages[-1].content or ""
+        if "An editor wrote an answer for the question" not in text:
+            return cite_sources(messages, call)
+        yes = -0.1 if "contents list" in text else -4.0
+        top = [LogProb(token="YES", logprob=yes), LogProb(token="NO", logprob=-1.0)]
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="YES"), logprobs=[top])
+
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+    provider = CheckingProvider()
+    provider.llms = []  # type: ignore[attr-defined]
+    settings = Settings(data_dir=tmp_path, max_tool_rounds=1, plan_searches="never")
+    with Engine(settings, embed_model=HashEmbedding(dim=256), llm_provider=provider) as engine:  # type: ignore[arg-type]
+        engine.ingest(KB, source_name="kb")
+        curated_answers(engine).add([TOC], TOC_ANSWER, ["toc"])
+        assert engine.ask("Where do I create the contents list of a document?").curated
+        judged = [c for llm in provider.llms for c in llm.calls]  # type: ignore[attr-defined]
+        first = judged[0]
+        assert len(first.messages) == 1 and f'for the question: "{TOC}"' in (first.messages[0].content or "")
+        assert first.kwargs["logit_bias"] == {"YES": 100.0, "NO": 100.0}
+        assert first.kwargs["extra_body"]["max_tokens"] == 1
+        assert not engine.ask("How do I insert a table of contents in Calc?").curated  # the model said NO
