@@ -16,22 +16,27 @@ What was looked at while tuning (so is not held out):
   right pinned question for 110 of their 112 guard-passing paraphrases: ``judge_limit`` 1);
 - ``holdout3`` (13 pinned, 39 paraphrases, 52 near misses): written before the judge was measured; five of its
   rows were rewritten before it was measured because their pinned questions repeated pinned questions of the
-  other sets (the tune sweep showed tune paraphrases going to them); then measured once, with the defaults
-  below chosen on tune.
+  other sets (the tune sweep showed tune paraphrases going to them). Measured twice, each time with settings
+  chosen on tune alone: first with the judge's prompt rendered by the GGUF's own template (hit rate 0.641, 4
+  false hits and 1 wrong answer), then, the server renders llama-cpp's ``chatml-function-calling`` template
+  instead (HTML-escaped, another system prompt: log-odds 0.03 to 0.7 apart), re-swept on tune through the
+  server's own chat handler (``LlamaJudge``; within 0.03-0.17 of the running server's) and measured again: the
+  figures below.
 
 Target (issue 60): on paraphrases a hit rate of at least 0.8; 0 false hits on at least 50 near misses. Not met
-(2026-11-28, MiniLM, Qwen2.5 1.5B Q4 as the judge, load 7-11 on 2 cores; one run each, interleaved):
+(2026-11-28, MiniLM, Qwen2.5 1.5B Q4 as the judge, load 2-7 on 2 cores; one run each, interleaved):
 
-| set | embedding + guard: hit rate, false hits | + judge: hit rate, false hits (wrong answers) |
+| set | embedding + guard: hit rate, false hits | + judge: hit rate, false hits |
 |---|---|---|
-| tune | 0.769, 1 of 26 | 0.846, 0 of 26 (1) |
-| confirm | 0.564, 0 of 26 | 0.590, 0 of 26 |
-| holdout | 0.583, 1 of 19 | 0.667, 1 of 19 |
+| tune | 0.769, 1 of 26 | 0.846, 0 of 26 |
+| confirm | 0.564, 0 of 26 | 0.641, 1 of 26 |
+| holdout | 0.583, 1 of 19 | 0.708, 2 of 19 |
 | holdout2 | 0.458, 2 of 18 | 0.500, 0 of 18 |
-| holdout3 (once) | 0.538, 9 of 52 | 0.641, 4 of 52 (1) |
-| held out, pooled | 0.528, 12 of 89 | 0.609, 6 of 89 (incl. 1 wrong answer) |
+| holdout3 | 0.538, 9 of 52 | 0.564, 6 of 52 |
+| held out, pooled | 0.528, 12 of 89 | 0.586, 8 of 89 |
 
-The judge: 122 calls, 8.3 s each in this process under that load (about 100 prompt tokens, one token out).
+No paraphrase got another question's answer with the judge (``wrong_answer`` 0 on every set). The judge: 122
+calls, 6.2 s each in this process under that load (about 100 prompt tokens, one token out).
 
     python benchmarks/curated_matching.py [--sweep] [--judge ~/.cache/ragidx/models/qwen2.5-1.5b.gguf
         --judge-cache verdicts.json] [--only SET]
@@ -99,38 +104,36 @@ def measure(answers: CuratedAnswers, rows: list[dict[str, Any]], ids: dict[str, 
 
 
 class LlamaJudge:
-    """The judge as ``ragidx.questions.curated.ModelJudge`` asks it of the local server, in this process: the chat
-    (``judge_messages``) rendered by the model's own template, the log-odds of YES over NO at the first token.
-    Verdicts are kept in ``cache`` (a JSON file) so a sweep or a second run asks the model nothing twice."""
+    """The judge as ``ragidx.questions.curated.ModelJudge`` asks it of ragidx's local server, in this process: the
+    chat (``judge_messages``) through the server's own chat handler (``ragidx.providers.llama_server``: llama-cpp's
+    ``chatml-function-calling`` template, HTML-escaped), the log-odds of YES over NO from the first token's top
+    log-probabilities, as ``check_log_odds`` reads them. Verdicts are kept in ``cache`` (a JSON file) so a sweep or
+    a second run asks the model nothing twice."""
 
     def __init__(self, model: str, cache: Path | None, threads: int) -> None:
         import llama_cpp
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.llm = llama_cpp.Llama(model, n_ctx=1024, n_threads=threads, verbose=False)
-        template = self.llm.metadata["tokenizer.chat_template"]
-        self.render = Jinja2ChatFormatter(template=template, eos_token="<|im_end|>", bos_token="")
-        self.yes, self.no = (self.llm.tokenize(t.encode(), add_bos=False)[0] for t in ("YES", "NO"))
         self.cache_path = cache
-        self.cache: dict[str, float] = json.loads(cache.read_text()) if cache and cache.exists() else {}
+        self.cache: dict[str, float | None] = json.loads(cache.read_text()) if cache and cache.exists() else {}
         self.calls = 0
         self.seconds = 0.0
 
-    def __call__(self, question: str, pinned: str) -> float:
+    def __call__(self, question: str, pinned: str) -> float | None:
         key = f"{question}\t{pinned}"
         if key not in self.cache:
-            import numpy as np
+            from llama_index.core.base.llms.types import ChatResponse, LogProb
+
+            from ragidx.agent.guards.gates import check_log_odds
+            from ragidx.providers.llama_server import chat_handler
 
             t0 = time.perf_counter()
             messages = [{"role": m.role.value, "content": m.content} for m in judge_messages(question, pinned)]
-            tokens = self.llm.tokenize(self.render(messages=messages).prompt.encode(), add_bos=False, special=True)
-            same = 0  # the prefix already evaluated (the system prompt and the instruction's start)
-            while same < min(len(tokens) - 1, self.llm.n_tokens) and self.llm.input_ids[same] == tokens[same]:
-                same += 1
-            self.llm.n_tokens = same
-            self.llm.eval(tokens[same:])
-            logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
-            self.cache[key] = round(float(logits[self.yes]) - float(logits[self.no]), 3)
+            reply = chat_handler(self.llm, messages, logprobs=True, top_logprobs=20, max_tokens=1, temperature=0.0)
+            steps = reply["choices"][0]["logprobs"]["content"]
+            top = [LogProb(token=t["token"], logprob=t["logprob"]) for t in (steps[0]["top_logprobs"] if steps else [])]
+            odds = check_log_odds(ChatResponse(message=judge_messages(question, pinned)[0], logprobs=[top]))
+            self.cache[key] = None if odds is None else round(odds, 3)
             self.calls += 1
             self.seconds += time.perf_counter() - t0
             if self.cache_path is not None and self.calls % 10 == 0:

@@ -104,10 +104,11 @@ DEFAULT_JUDGE_CONFIDENT = 0.85
 """With a judge: the similarity from which the embedding suffices unless the model vetoes (``DEFAULT_JUDGE_VETO``).
 Chosen on the tune set, like the others: a true paraphrase this close was rated as low as -1.5 by the model."""
 
-DEFAULT_JUDGE_MARGIN = -0.5
+DEFAULT_JUDGE_MARGIN = -0.7
 """With a judge, between ``DEFAULT_JUDGE_THRESHOLD`` and ``DEFAULT_JUDGE_CONFIDENT``: the log-odds of YES over NO
-the model must give (Qwen2.5 1.5B rates a paraphrase that rewords a question wholly near even, -0.4 to +1; the
-close strangers the word guard lets through -0.8 to -2.5)."""
+the model must give (Qwen2.5 1.5B, through ragidx's local server, rates a paraphrase that rewords a question wholly
+near even, about -0.7 to +1; the close strangers the word guard lets through mostly under -0.8). Chosen on the tune
+set, like ``DEFAULT_JUDGE_THRESHOLD``."""
 
 DEFAULT_JUDGE_VETO = -2.0
 """With a judge, from ``DEFAULT_JUDGE_CONFIDENT``: the log-odds under which the model's no stops the answer."""
@@ -678,7 +679,7 @@ def judge_messages(question: str, pinned: str) -> list[Any]:
 class ModelJudge:
     """The engine's chat model as the judge (:func:`model_judge`): one token, YES or NO, asked like the answer
     check (both lifted by ``logit_bias``, greedy), its log-odds read from the reply's log-probabilities; at a place
-    in the engine's model queue (``reader``'s, like a question's). No verdict (None) where the engine's model has
+    in the engine's model queue, like a question. No verdict (None) where the engine's model has
     no answer check (an endpoint that may take no ``logit_bias`` by token or report no log-probabilities): the
     embedding's stricter rule decides there."""
 
