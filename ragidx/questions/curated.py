@@ -106,9 +106,9 @@ Chosen on the tune set, like the others: a true paraphrase this close was rated 
 
 DEFAULT_JUDGE_MARGIN = -0.7
 """With a judge, between ``DEFAULT_JUDGE_THRESHOLD`` and ``DEFAULT_JUDGE_CONFIDENT``: the log-odds of YES over NO
-the model must give (Qwen2.5 1.5B, through ragidx's local server, rates a paraphrase that rewords a question wholly
-near even, about -0.7 to +1; the close strangers the word guard lets through mostly under -0.8). Chosen on the tune
-set, like ``DEFAULT_JUDGE_THRESHOLD``."""
+the model must give. A paraphrase that rewords a question wholly is rated near even, a close stranger that the word
+guard lets through lower, so the margin sits between them. The log-odds are the model's own: chosen on the tune set
+with the default local model; another model is swept with ``benchmarks/curated_matching.py --judge MODEL``."""
 
 DEFAULT_JUDGE_VETO = -2.0
 """With a judge, from ``DEFAULT_JUDGE_CONFIDENT``: the log-odds under which the model's no stops the answer."""
