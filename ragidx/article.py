@@ -46,6 +46,8 @@ UNSHOWN_KEYS = (SECTIONS, RERANK_FALLBACK, COMPRESSED_VERBATIM)
 SEE_ABOVE = "see_above"
 """An article repeated in a later search result is written as ``{"kb_id", "title", "url", "see_above": true}``
 (its full copy is shown earlier); in a ``SearchResult`` it is an article whose metadata has this key."""
+INJECTION_FLAGS = "injection_flags"
+"""Metadata of an article holding instruction-like text: the kinds found (``ragidx.safety.injection``)."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,14 @@ class Article:
 
     @property
     def content_hash(self) -> str:
-        """Hash of everything that, when changed, must re-index the article."""
+        """Hash of everything that, when changed, must re-index the article: its text, and whether it holds
+        instruction-like text (``injection_flags``: its chunks are then indexed with that text replaced)."""
         h = hashlib.sha256()
         for part in (self.title, self.url, self.language or "", self.content):
             h.update(part.encode("utf-8"))
             h.update(b"\x00")
+        if self.metadata.get(INJECTION_FLAGS):
+            h.update(b"chunks neutralized\x00")
         return h.hexdigest()
 
     def with_metadata(self, **updates: Any) -> Article:

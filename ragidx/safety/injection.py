@@ -87,7 +87,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ragidx.article import MATCHED_SPANS, Article
+from ragidx.article import INJECTION_FLAGS, MATCHED_SPANS, Article
 from ragidx.safety.normalize import tag_character_spans, without_tag_characters
 from ragidx.safety.obfuscation import readings
 from ragidx.sentences import Unit, split_units
@@ -115,7 +115,7 @@ __all__ = [
     "pattern_words",
 ]
 
-FLAGS_KEY = "injection_flags"
+FLAGS_KEY = INJECTION_FLAGS
 """Article metadata key: ``["title:override", "text:credentials", ...]`` (where, then the kind), sorted."""
 REMOVED = "[instruction-like text removed]"
 """What a model reads in place of a flagged sentence, title or link."""

@@ -452,6 +452,13 @@ def test_chunks_of_a_flagged_article_are_indexed_as_the_model_reads_them(tmp_pat
     assert later_chunk.metadata["section"] == "Versions"  # the sections' offsets moved with the text
     query = VectorStoreQuery(query_str="thief evil example passwords", mode=VectorStoreQueryMode.TEXT_SEARCH)
     assert "evil" not in {n.metadata["kb_id"] for n in ing.vector_store.query(query).nodes or []}
+    # the flags are part of what decides a re-index (chunks indexed before neutralization are redone once) ...
+    from ragidx.safety.injection import flag_article
+
+    assert flag_article(article).content_hash != article.content_hash
+    # ... and stable: the same article again embeds nothing
+    again = ing.ingest([*corpus(3), article], source="gen")
+    assert (again.unchanged, again.chunks_written) == (4, 0)
 
 
 FIXTURES = ROOT / "tests" / "fixtures" / "docs"
