@@ -6,7 +6,7 @@
 
 Builds, once, a production store in ``--data-dir``: the LanceDB chunk store and the SQLite article store
 from ``ragidx.stores.factory`` filled by the real ``Ingestor`` (same chunking, node ids, metadata,
-batches, ``finalize()`` indexes: full text, BTREE on kb_id, IVF_HNSW_SQ past 20k rows). A later run with
+batches, ``finalize()`` indexes: full text, BTREE on kb_id, IVF_SQ past 20k rows). A later run with
 the same arguments reuses it (``build_s`` then reports the original build).
 
 Every chunk is real text from ``--source`` files (JSONL articles: ``{id|_id|kb_id, title, url, text, lang}``,
