@@ -60,7 +60,9 @@ class EngineRetrieval:
 
     @property
     def retriever(self) -> ArticleRetriever:
-        """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied)."""
+        """The retrieval chain, built on first use with :attr:`retrieval_settings` (the stored tuning applied); a
+        chain over a table ``ragidx reindex`` switched away from is built again first."""
+        self._stores.notice_switch()
         retriever = self._retriever
         if retriever is None:
             with self._lock:

@@ -207,9 +207,18 @@ class EngineStores:
                 if self._chunk_store is None:
                     self._chunk_store = build_chunk_store(self.settings)
                     follow = getattr(self._chunk_store, "follow_switch", None)
-                    if follow is not None:  # PostgreSQL: `ragidx reindex` in any process may switch its table
+                    if follow is not None:  # `ragidx reindex` in any process may switch its table
                         follow(self._switched)
         return self._chunk_store
+
+    def notice_switch(self) -> None:
+        """Before a search, an ingest or a delete: if ``ragidx reindex`` switched the index to another table since
+        the last use, follow it now (:meth:`_switched`), so this question or these articles are embedded by the new
+        table's model and go to it. LanceDB only (one ``stat`` of its pointer file); PostgreSQL notices in the
+        search's own statement."""
+        moved_to = getattr(self._chunk_store, "moved_to", None)
+        if moved_to is not None:
+            moved_to()
 
     def _switched(self) -> None:
         """``ragidx reindex`` pointed the index at a new table (another model's vectors): the next use builds the
@@ -229,6 +238,7 @@ class EngineStores:
         return self._article_store
 
     def ingestor(self) -> Ingestor:
+        self.notice_switch()  # every write path (ingest, delete, syncs, uploads) starts on the table that answers
         return Ingestor(
             self.chunk_store,
             self.article_store,
@@ -252,6 +262,7 @@ class EngineStores:
         allow_widening: bool | None = None,
     ) -> IngestReport:
         """``Engine.ingest``: read ``source``, choose the model, write its articles; a change rebuilds retrieval."""
+        self.notice_switch()  # a sync after `ragidx reindex`: the new table, embedded by its model
         sample = None
         origin = ""
         if isinstance(source, (str, Path)):

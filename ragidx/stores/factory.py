@@ -23,6 +23,7 @@ def build_chunk_store(settings: Settings) -> Any:
             # "" without a tenant: such a process sees the chunks of no tenant, never every tenant's
             uri=settings.lancedb_uri,
             table_name=active_table(settings.lancedb_uri, settings.collection),  # `ragidx reindex` may switch it
+            collection=settings.collection,  # and the store follows the switch (follow_switch)
             tenant=settings.tenant or "",
         )
     return build_weaviate_store(settings)

@@ -26,7 +26,14 @@ hybrid query of every process and after every ``add``, ignores ``alpha``, return
   added to the table the first time an article carries it; article permissions are the ``allowed``
   (list of principals) and ``public`` columns (:mod:`ragidx.stores.access`), indexed (LABEL_LIST, BITMAP);
 - an article's metadata and permissions are updated in place (:meth:`LanceDBChunkStore.update_article_metadata`):
-  a changed ACL takes effect without embedding anything again.
+  a changed ACL takes effect without embedding anything again;
+- a store opened for a ``collection`` follows ``ragidx reindex``'s switch to another table
+  (:mod:`ragidx.stores.active_table`; :meth:`LanceDBChunkStore.follow_switch`): before each search and each write it
+  looks at the pointer file (one ``stat``; the file is read again only when that changed). Once the collection
+  answers from another table, the search that noticed finishes on this one (its question was embedded by this
+  table's model), the owner is told, an ``add`` of this table's model's vectors writes nothing the new table would
+  miss (:class:`~ragidx.stores.postgres_store.IndexSwitched`: the articles stay pending, the next ingest indexes them
+  with the new model), and deletes and permission changes reach both tables.
 
 Example:
     >>> store = LanceDBChunkStore(uri="/tmp/kb/lancedb")  # opens lazily
@@ -38,10 +45,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -63,6 +71,7 @@ from pydantic import Field, PrivateAttr
 
 from ragidx.language import detect_language
 from ragidx.stores.access import ALLOWED, PUBLIC, allowed_of
+from ragidx.stores.active_table import active_table, pointer_path
 from ragidx.stores.filters import user_fields
 from ragidx.stores.fusion import FUSIONS, fuse
 from ragidx.terms import TERMS_FORMAT, terms
@@ -139,6 +148,12 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         "tenant (what a process without a tenant sees, the settings' default); None: every chunk (tools "
         "that work on the whole table).",
     )
+    collection: str | None = Field(
+        default=None,
+        description="The collection whose pointer (``<collection>.active.json``, switched by ``ragidx reindex``) named "
+        "this table: the store notices when it names another (:meth:`follow_switch`); None: this table, whatever "
+        "any pointer says (``ragidx reindex`` writing its new table, tools).",
+    )
 
     _db: Any = PrivateAttr(default=None)
     _table: Any = PrivateAttr(default=None)
@@ -148,6 +163,12 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     """(the table object, the width of its vectors): read once per opened table, not per query."""
     _model_name: str | None = PrivateAttr(default=None)
     """The embedding model of the vectors being written (:meth:`check_embedding`), recorded in a new table."""
+    _pointer_seen: tuple[int, int, int] | None | bool = PrivateAttr(default=False)
+    """(mtime_ns, size, inode) of the collection's pointer file when it was last read (None: there was none; False:
+    not read yet): the file is read again only when its stat differs."""
+    _moved_to: str | None = PrivateAttr(default=None)
+    """The table the collection answers from since ``ragidx reindex`` switched away from this one (None: this one)."""
+    _on_switch: Callable[[], None] | None = PrivateAttr(default=None)
 
     def __init__(self, uri: str | Path, **kwargs: Any) -> None:
         super().__init__(uri=str(uri), **kwargs)
@@ -159,6 +180,70 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     @property
     def client(self) -> Any:
         return self._connect()
+
+    # --- following `ragidx reindex` ------------------------------------------------------------------
+    def follow_switch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this store notices that ``ragidx reindex`` (in any process) pointed its
+        collection at another table: before a search or a write. The store keeps its table (the search that noticed
+        finishes on it); the owner builds a new store, and the embedding model of the new table's vectors, for what
+        comes next (:class:`ragidx.engine_parts.stores.EngineStores`)."""
+        self._on_switch = callback
+
+    def moved_to(self) -> str | None:
+        """The table the collection answers from if ``ragidx reindex`` switched it away from this store's table,
+        else None. Cheap enough for every search and write: one ``stat`` of the pointer file, which is read again only
+        when it changed (``os.replace`` gives the new pointer another inode, and another mtime)."""
+        if self.collection is None:
+            return None
+        if self._moved_to is not None:
+            return self._moved_to
+        path = pointer_path(self.uri, self.collection)
+        try:
+            st = os.stat(path)
+            seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            seen = None
+        if seen == self._pointer_seen:
+            return None
+        active = active_table(self.uri, self.collection)
+        with self._lock:
+            self._pointer_seen = seen
+            if active == self.table_name or self._moved_to is not None:
+                return self._moved_to
+            self._moved_to = active
+            callback = self._on_switch
+        logger.info("the collection %s now answers from %s (ragidx reindex)", self.collection, active)
+        if callback is not None:  # outside the store's lock: the owner takes its own
+            callback()
+        return active
+
+    def _switched_store(self) -> LanceDBChunkStore | None:
+        """The collection's new table, as a store of this tenant, once ``ragidx reindex`` moved it (else None):
+        a delete or permission change made here reaches it too."""
+        moved = self.moved_to()
+        if moved is None:
+            return None
+        return LanceDBChunkStore(self.uri, table_name=moved, tenant=self.tenant)
+
+    def _check_still_there(self) -> None:
+        """A search after the switch finishes on this table, unless ``ragidx reindex --drop-old`` removed it."""
+        from ragidx.stores.postgres_store import IndexSwitched
+
+        if self.table_name not in self._connect().table_names():
+            raise IndexSwitched(
+                f"the collection {self.collection} was moved to another embedding model (ragidx reindex) and the "
+                "index this process searched was removed: ask again"
+            )
+
+    def _refuse_switched(self, written: bool) -> None:
+        """An ``add`` of this table's model's vectors after the switch: the articles stay pending."""
+        from ragidx.stores.postgres_store import IndexSwitched  # the class PostgreSQL raises (it imports this module)
+
+        done = "only the previous index got them" if written else "nothing was written"
+        raise IndexSwitched(
+            f"the collection {self.collection} was moved to another embedding model (ragidx reindex) while these "
+            f"articles were being indexed: {done}; ingest again (with the new model) to index them"
+        )
 
     # --- table lifecycle -----------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -316,6 +401,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         if not nodes:
             return []
+        if self.moved_to() is not None:
+            self._refuse_switched(written=False)
         rows = [self._node_to_row(n) for n in nodes]
         dim = len(rows[0]["vector"])
         with self._lock:
@@ -331,6 +418,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 if self._rebuild_terms(table):  # written by an older ragidx: give it the terms column first
                     table = self._table
                 table.add(_arrow_rows(rows, self._declare_meta(table, rows)))
+        if self.moved_to() is not None:  # switched while writing: the new table may have been filled without them
+            self._refuse_switched(written=True)
         return [r["id"] for r in rows]
 
     def _declare_meta(self, table: Any, rows: Sequence[dict[str, Any]]) -> pa.Schema:
@@ -344,7 +433,13 @@ class LanceDBChunkStore(BasePydanticVectorStore):
 
     def update_article_metadata(self, metadata: dict[str, dict[str, Any]]) -> dict[str, int]:
         """Give the chunks of these articles (kb_id → the article's metadata) their new metadata and permissions,
-        in place: vectors and text are kept, nothing is embedded again. Returns kb_id → chunks updated."""
+        in place: vectors and text are kept, nothing is embedded again. Returns kb_id → chunks updated (in the table
+        the collection answers from: after ``ragidx reindex`` switched it, both tables are updated)."""
+        moved = self._switched_store()
+        updated = self._update_metadata(metadata)
+        return updated if moved is None else moved.update_article_metadata(metadata)
+
+    def _update_metadata(self, metadata: dict[str, dict[str, Any]]) -> dict[str, int]:
         table = self._open()
         if table is None or not metadata:
             return {}
@@ -392,7 +487,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         self.delete_articles([ref_doc_id])
 
     def delete_articles(self, kb_ids: Sequence[str]) -> None:
-        """Delete every chunk of these articles (of this store's tenant, if it has one) in one operation."""
+        """Delete every chunk of these articles (of this store's tenant, if it has one) in one operation; after
+        ``ragidx reindex`` switched the collection, in the new table too (nothing deleted stays answering)."""
+        moved = self._switched_store()
+        if moved is not None:
+            moved.delete_articles(kb_ids)
         table = self._open()
         if table is None or not kb_ids:
             return
@@ -403,6 +502,10 @@ class LanceDBChunkStore(BasePydanticVectorStore):
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
     ) -> None:
+        """Delete these chunks (or those ``filters`` match); after a switch, in the new table too."""
+        moved = self._switched_store()
+        if moved is not None:
+            moved.delete_nodes(node_ids, filters, **kwargs)
         table = self._open()
         if table is None:
             return
@@ -576,6 +679,8 @@ class LanceDBChunkStore(BasePydanticVectorStore):
         fusion = kwargs.get("fusion") or "relative_score"
         if fusion not in FUSIONS:
             raise ValueError(f"unknown fusion {fusion!r}: use {' or '.join(FUSIONS)}")
+        if self.moved_to() is not None:  # the owner was told; this question, embedded for this table, ends here
+            self._check_still_there()
         table = self._open()
         if table is None or table.count_rows() == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
