@@ -563,6 +563,11 @@ def html_sections(raw: bytes | str) -> tuple[str, list[Section]]:
         escape_misc=False,
         bullets="-",
         table_infer_header=True,
+        # A line break in the HTML source is a space on the page (DocBook and hand-written HTML break paragraphs
+        # anywhere): kept, it splits sentences ("The server can\n    reply with an error" read as an instruction
+        # to reply) and quotes. <br> and <pre> keep their lines; wrap_width None wraps nothing.
+        wrap=True,
+        wrap_width=None,
     )
     markdown = converter.convert_soup(main)
     h1 = main.find("h1")

@@ -115,6 +115,20 @@ def test_html_keeps_the_main_content_its_anchors_and_tables_and_drops_navigation
     assert "Site map" not in text and "track()" not in text and "Example" not in text
 
 
+def test_html_line_breaks_in_the_source_are_spaces_as_on_the_page() -> None:
+    """A browser shows a line break inside a paragraph of the HTML source as a space (DocBook breaks its paragraphs
+    anywhere). Kept, it split sentences: "The server can\n    reply with an error" read as an instruction to reply,
+    and a quote across the break would not match the page. <br> and <pre> keep their lines."""
+    page = (
+        "<html><body><main><h1>Streaming</h1><p>The server can\n    reply with an error, for example if the\n"
+        "requested WAL was recycled.</p><p>First line<br>second line</p><pre>a\n  b</pre></main></body></html>"
+    )
+    _, [section] = html_sections(page)
+    assert "The server can reply with an error, for example if the requested WAL was recycled." in section.text
+    assert "First line" in section.text and "\nsecond line" in section.text
+    assert "a\n  b" in section.text
+
+
 def test_html_reader_uses_the_file_name_when_a_page_has_no_title(tmp_path: Path) -> None:
     path = tmp_path / "faq.html"
     path.write_text("<p>Just text.</p>")
