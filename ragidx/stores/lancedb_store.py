@@ -580,7 +580,11 @@ class LanceDBChunkStore(BasePydanticVectorStore):
                 table.create_scalar_index(PUBLIC, index_type="BITMAP")
             for field in table.schema:
                 if field.name.startswith(META_PREFIX) and (field.name,) not in columns_indexed:
-                    table.create_scalar_index(field.name, index_type=scalar_index_type(table, field))
+                    kind = scalar_index_type(table, field)
+                    try:
+                        table.create_scalar_index(field.name, index_type=kind)
+                    except ValueError as exc:  # an index only speeds filters up: never worth a failed ingest
+                        logger.warning("no %s index on %s (%s): filters on it read the column", kind, field.name, exc)
             rows = table.count_rows()
             vector = next((idx.index_type for idx in indices.values() if tuple(idx.columns) == ("vector",)), None)
             if (vector is None or vector in REPLACED_VECTOR_INDEXES) and rows >= VECTOR_INDEX_MIN_ROWS:
@@ -813,6 +817,8 @@ def scalar_index_type(table: Any, field: pa.Field) -> str:
         return "LABEL_LIST"
     if pa.types.is_boolean(field.type):
         return "BITMAP"
+    if pa.types.is_floating(field.type):  # LanceDB's BITMAP takes no floats
+        return "BTREE"
     column = table.to_lance().to_table(columns=[field.name]).column(field.name)
     return "BITMAP" if pa.compute.count_distinct(column).as_py() < BITMAP_MAX_VALUES else "BTREE"
 

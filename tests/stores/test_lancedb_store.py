@@ -338,7 +338,9 @@ def test_finalize_indexes_each_metadata_column_by_its_kind_and_filters_use_the_i
     kinds = [("writer", 7, ["new"], True), ("calc", 7, ["old", "new"], False), ("writer", 8, [], True)]
     s.add(
         [
-            node(f"a{i}", text, product=product, version=version, tags=tags, draft=draft, path=f"docs/{i}.md")
+            node(
+                f"a{i}", text, product=product, version=version, tags=tags, draft=draft, path=f"docs/{i}.md", score=0.5
+            )
             for i, (text, (product, version, tags, draft)) in enumerate(zip(TEXTS.values(), kinds, strict=False))
         ]
     )
@@ -352,6 +354,7 @@ def test_finalize_indexes_each_metadata_column_by_its_kind_and_filters_use_the_i
         ("meta_tags",): "LabelList",
     }
     assert indexed[("meta_path",)] == "BTree"  # one value per article
+    assert indexed[("meta_score",)] == "BTree"  # a float: LanceDB's BITMAP takes none, whatever its values
     mf = MetadataFilters(filters=[MetadataFilter(key="product", value="writer")])
     where = filters_to_sql(mf, lancedb_store._filter_columns(table.schema))
     plan = table.search(EMB.get_query_embedding("table")).where(where, prefilter=True).explain_plan(verbose=True)
