@@ -878,22 +878,23 @@ def neutralize_article(article: Article) -> Article:
         title, content = without_tag_characters(article.title), without_tag_characters(article.content)
         if (title, content) == (article.title, article.content):
             return article
-        return replace(article, title=title, content=content, metadata=_spans_moved(article, []))
+        return replace(article, title=title, content=content, metadata=_spans_moved(article, [], article.content))
     metadata = {**article.metadata, FLAGS_KEY: sorted(set(flags_of(article.metadata)) | set(flags))}
     title = REMOVED if shown_title(article.title) == SHOWN_TITLE else without_tag_characters(article.title)
     url = REMOVED if kinds_of(url_words(article.url)) else article.url
-    content = without_tag_characters(neutralize(article.content))
-    metadata = _spans_moved(replace(article, metadata=metadata), _removals(article.content))
+    neutral, removals = neutralized(article.content)  # the detector once: it is the costly part
+    content = without_tag_characters(neutral)
+    metadata = _spans_moved(replace(article, metadata=metadata), removals, neutral)
     return Article(article.kb_id, title, url, content, article.language, metadata)
 
 
-def _spans_moved(article: Article, removals: Sequence[Edit]) -> dict[str, Any]:
+def _spans_moved(article: Article, removals: Sequence[Edit], neutral: str) -> dict[str, Any]:
     """The article's metadata with retrieval's matched passages (offsets into its stored content) moved onto the
-    same words of the content once ``removals`` are made and tag characters removed, as the model reads it."""
+    same words of the content once ``removals`` are made (giving ``neutral``) and tag characters removed, as the
+    model reads it."""
     spans = article.metadata.get(MATCHED_SPANS)
     if not spans:
         return article.metadata
-    neutral = neutralize(article.content) if removals else article.content
     return {**article.metadata, MATCHED_SPANS: shift_spans(shift_spans(spans, removals), _tag_edits(neutral))}
 
 
