@@ -31,7 +31,6 @@ import json
 import multiprocessing
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
@@ -48,6 +47,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from tests.serve_process import ragidx_serve  # noqa: E402
 
 DEFAULT_KB = ROOT / "ragidx" / "data" / "kb" / "libreoffice_en_sample.jsonl"
 DEFAULT_QUESTIONS = ROOT / "ragidx" / "evaluation" / "data" / "answers_libreoffice_en.jsonl"
@@ -80,38 +81,6 @@ def model_services() -> Iterator[str]:
     finally:
         process.terminate()
         process.join(timeout=10)
-
-
-@contextmanager
-def serve(env: dict[str, str], data_dir: Path) -> Iterator[str]:
-    """A real ``ragidx serve`` on a free loopback port; its address."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ragidx.cli", "--data-dir", str(data_dir), "serve", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert process.stderr is not None
-        seen = []
-        for line in process.stderr:
-            seen.append(line)
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()  # drain
-                yield found[1]
-                break
-        else:
-            raise RuntimeError("ragidx serve did not start: " + "".join(seen)[-3000:])
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def ask(client: httpx.Client, url: str, question: str) -> dict[str, Any]:
@@ -303,13 +272,13 @@ def main() -> int:
             out["ingest_s"] = round(time.perf_counter() - t0, 1)
             expected = chunks_per_article(url, "")
             out["kb_articles"], out["kb_chunks"] = len(expected), sum(expected.values())
-            with serve(env, work / "alone") as alone_url, httpx.Client() as http:
+            with ragidx_serve(env, work / "alone") as alone_url, httpx.Client() as http:
                 alone = {q: ask(http, alone_url, q) for q in questions}  # one at a time, one process
             out["alone_cited"] = sum(1 for a in alone.values() if a["cited"])
             runs = []
             for n in counts:
                 with ExitStack() as servers:
-                    urls = [servers.enter_context(serve(env, work / f"p{n}-{i}")) for i in range(n)]
+                    urls = [servers.enter_context(ragidx_serve(env, work / f"p{n}-{i}")) for i in range(n)]
                     with httpx.Client() as http:  # each process answers once before the clock starts
                         for u in urls:
                             ask(http, u, questions[0])

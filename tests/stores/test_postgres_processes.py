@@ -5,14 +5,12 @@ answer ``/v1/search`` exactly as one does."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -21,6 +19,7 @@ from ragidx.config import Settings
 from ragidx.stores.postgres_store import PostgresChunkStore
 from tests.dashboard.fakes import make_engine
 from tests.postgres_server import PostgresServer
+from tests.serve_process import ragidx_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_KB = ROOT / "ragidx" / "data" / "kb" / "libreoffice_en_sample.jsonl"
@@ -100,37 +99,6 @@ def test_an_ingest_killed_half_way_loses_and_doubles_nothing(
     finished(ingest_process(pgvector_url, tmp_path / "a", SAMPLE_KB))
     assert chunks_of(pgvector_url) == expected
     assert_statistics_exact(pgvector_url)
-
-
-@contextmanager
-def ragidx_serve(env: dict[str, str], data_dir: Path) -> Iterator[str]:
-    """A real ``ragidx serve`` process on a free loopback port; its address."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ragidx.cli", "--data-dir", str(data_dir), "serve", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert process.stderr is not None
-        lines = []
-        for line in process.stderr:
-            lines.append(line)
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                yield found[1]
-                break
-        else:
-            raise AssertionError("ragidx serve did not start: " + "".join(lines)[-3000:])
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def test_three_servers_over_one_database_answer_as_one(pgvector_url: str, tmp_path: Path, writer_kb_file: str) -> None:
