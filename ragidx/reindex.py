@@ -132,10 +132,7 @@ def reindex(
             if drop_old:
                 report.dropped = _drop_previous(uri, collection, old_table)
             elif not previous_tables(uri, collection):
-                raise ValueError(
-                    f"the index is already embedded by {identity!r}: nothing to do (set [embedding] or embed_model "
-                    "to the new model first)"
-                )
+                raise already_embedded(identity)
             report.seconds = time.perf_counter() - started
             return report
         if table is None:
@@ -161,6 +158,14 @@ def reindex(
         articles.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def already_embedded(identity: str) -> ValueError:
+    """The error of a reindex to the model the index already has (and no old table left to drop)."""
+    return ValueError(
+        f"the index is already embedded by {identity!r}: nothing to do (set [embedding] or embed_model to the new "
+        "model first)"
+    )
 
 
 def _configured_model(settings: Settings, articles: ArticleStore) -> BaseEmbedding:

@@ -38,6 +38,7 @@ from ragidx.reindex import (
     ReindexReport,
     _configured_model,
     _embed_all,
+    already_embedded,
     model_identity,
 )
 from ragidx.stores.postgres_pointer import (
@@ -104,10 +105,7 @@ def reindex_postgres(
                 if drop_old:
                     report.dropped = _drop_previous(current)
                 elif not _pointer(current).previous:
-                    raise ValueError(
-                        f"the index is already embedded by {identity!r}: nothing to do (set [embedding] or "
-                        "embed_model to the new model first)"
-                    )
+                    raise already_embedded(identity)
                 report.seconds = time.perf_counter() - started
                 return report
             if table is None:
